@@ -1,0 +1,1 @@
+"""Decoding: the generate() integration, acceptance statistics and the CPU hot-path fix."""

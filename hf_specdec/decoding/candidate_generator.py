@@ -1,0 +1,131 @@
+"""Block drafting inside transformers' assisted-generation loop.
+
+`BlockDraftCandidateGenerator` is a transformers `CandidateGenerator` that uses the loop's
+`requires_model_outputs` protocol: every verification forward of the target also returns the hidden states of
+the drafter's tapped layers, and the generator feeds the drafter the rows of exactly the tokens that were
+committed. The stock loop does the rest (verification, cache rollback, EOS and length handling, streamers,
+output format), so a drafted `generate()` behaves like a plain one.
+
+Per step (T committed tokens, the last one, the "anchor", not yet seen by the target):
+1) take the target features of the rows committed since the last step (one per newly committed token but the anchor),
+2) one drafter pass over `[anchor, MASK x (K-1)]` with those rows as new context,
+3) score positions 1..k with the target's LM head on a 2-D input, pick argmax drafts (k <= K-1, capped by max_length).
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import GenerationConfig, LogitsProcessorList, PreTrainedModel
+from transformers.generation.candidate_generator import CandidateGenerator
+
+from ..drafting.modeling_block_drafter import BlockDrafter, DraftContextCache
+from ..drafting.target_features import hidden_state_indices, tapped_features
+from .lm_head_strides import fix_lm_head_strides
+from .stats import AcceptanceStats
+
+
+class BlockDraftCandidateGenerator(CandidateGenerator):
+    """Proposes a block of argmax drafts per target forward from a `BlockDrafter`.
+
+    Drafts are deterministic, so the loop's sample-and-match verification is exactly lossless when sampling
+    (each emitted token is a sample of the target's processed distribution) and greedy output equals plain
+    greedy decoding.
+    """
+
+    requires_model_outputs = True
+
+    def __init__(
+        self,
+        drafter: BlockDrafter,
+        target: PreTrainedModel,
+        generation_config: GenerationConfig,
+        logits_processor: LogitsProcessorList | None = None,
+    ) -> None:
+        self.drafter = drafter
+        self.layer_ids = list(drafter.config.target_layer_ids)
+        self.model_kwargs_overrides = {"output_hidden_states": hidden_state_indices(self.layer_ids)}
+        self.block_size = drafter.config.block_size
+        self.max_length = generation_config.max_length
+        self.logits_processor = logits_processor if logits_processor else None
+        self.embed = target.get_input_embeddings()
+        self.lm_head = target.get_output_embeddings()
+        fix_lm_head_strides(target)
+        self.cache = DraftContextCache()
+        self.context_rows = 0  # committed tokens whose target features are in `self.cache`
+        self.pending: torch.Tensor | None = None  # (1, C, L*H) features received but not fed yet
+        self.mask_ids = torch.full(
+            (1, self.block_size - 1), drafter.config.mask_token_id, dtype=torch.long, device=self.embed.weight.device
+        )
+        self.stats = AcceptanceStats(block_size=self.block_size)
+        self._drafted: int | None = None  # drafts proposed for the forward in flight; None = prefill
+        drafter.last_acceptance_stats = self.stats
+
+    def get_candidates(
+        self,
+        input_ids: torch.LongTensor,
+        model_kwargs: dict | None = None,
+        model_outputs=None,
+        is_first_iteration: bool = False,
+        n_last_matches: int = 0,
+        **kwargs,
+    ) -> tuple[torch.LongTensor, torch.FloatTensor | None]:
+        if is_first_iteration:  # the target has not run yet: let it prefill and emit the first token
+            self._drafted = None
+            return input_ids, None
+        self._receive(model_outputs, input_ids.shape[1])
+        k = min(self.block_size - 1, self.max_length - input_ids.shape[1] - 1)
+        if k <= 0:
+            self._drafted = 0
+            return input_ids, None
+        drafts, draft_logits = self.propose(input_ids, k)
+        self._drafted = drafts.shape[1]
+        return torch.cat([input_ids, drafts], dim=-1), draft_logits
+
+    def update_candidate_strategy(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, num_matches: int):
+        if self._drafted is None:
+            self.stats.prefill_forwards += 1
+        else:
+            self.stats.record(self._drafted, num_matches)
+
+    def _receive(self, model_outputs, num_committed: int) -> None:
+        """Queue the tapped features of tokens committed since the last call (all but the anchor)."""
+        if model_outputs is None or getattr(model_outputs, "hidden_states", None) is None:
+            raise RuntimeError("the target forward returned no hidden states; the drafter cannot condition on it")
+        queued = 0 if self.pending is None else self.pending.shape[1]
+        rows = num_committed - 1 - self.context_rows - queued
+        new = tapped_features(model_outputs.hidden_states, self.layer_ids, rows)  # (1, rows, L*H)
+        self.pending = new if self.pending is None else torch.cat([self.pending, new], dim=1)
+
+    def draft_hidden(self, input_ids: torch.LongTensor) -> torch.Tensor:
+        """One drafter pass; returns (1, K, H) hidden states of `[anchor, MASK x (K-1)]`."""
+        device = self.drafter.device
+        features = self.pending.to(device=device, dtype=self.drafter.dtype)  # (1, C, L*H)
+        n_ctx, T = features.shape[1], input_ids.shape[1]
+        block_ids = torch.cat([input_ids[:, -1:], self.mask_ids], dim=-1)  # (1, K)
+        positions = torch.arange(T - 1 - n_ctx, T - 1 + self.block_size, device=device)[None]  # (1, C + K)
+        out = self.drafter(
+            noise_embeds=self.embed(block_ids).to(device), target_features=features, position_ids=positions,
+            cache=self.cache,
+        )
+        self.context_rows += n_ctx
+        self.pending = None
+        return out.last_hidden_state
+
+    def draft_logits(self, input_ids: torch.LongTensor, k: int) -> torch.Tensor:
+        """(k, V) target-LM-head scores of block positions 1..k (2-D input: the head's fast path)."""
+        hidden = self.draft_hidden(input_ids)[0, 1 : k + 1]  # (k, H)
+        return self.lm_head(hidden.to(self.lm_head.weight.device))
+
+    def propose(self, input_ids: torch.LongTensor, k: int) -> tuple[torch.LongTensor, torch.FloatTensor | None]:
+        """(1, k) argmax drafts after the logits processors; None logits selects sample-and-match."""
+        logits = self.draft_logits(input_ids, k)  # (k, V)
+        if self.logits_processor is None:
+            return logits.argmax(dim=-1)[None].to(input_ids.device), None
+        ids = input_ids
+        for j in range(k):  # processors may depend on the tokens drafted before position j
+            row = self.logits_processor(ids, logits[j : j + 1].float().to(input_ids.device))  # (1, V)
+            ids = torch.cat([ids, row.argmax(dim=-1, keepdim=True)], dim=-1)
+        return ids[:, input_ids.shape[1] :], None
+
+
+__all__ = ["BlockDraftCandidateGenerator"]

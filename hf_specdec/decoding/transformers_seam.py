@@ -1,0 +1,76 @@
+"""The one private seam between hf_specdec and transformers' `generate()`.
+
+transformers has no public way to give its assisted-generation loop a custom `CandidateGenerator`:
+`GenerationMixin._get_candidate_generator` is a fixed if/elif chain, and under beam search an assistant is
+silently ignored. So at `import hf_specdec` two private methods of `GenerationMixin` are wrapped, for every
+model:
+
+* `_validate_generation_mode`: when `assistant_model` is an hf_specdec drafter, refuse settings it cannot honour;
+* `_get_candidate_generator`: when `assistant_model` is an hf_specdec drafter, return its registered generator.
+
+Every other call goes to the original method unchanged. `check_seam()` verifies the signatures this relies on;
+`tests/test_transformers_seam.py` runs it so a transformers upgrade that moves them fails loudly.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+from transformers.generation.utils import GenerationMixin
+
+from .registry import generator_class_for
+from .validation import validate_generation_settings, validate_inputs
+
+_EXPECTED = {
+    "_get_candidate_generator": ("generation_config", "input_ids", "logits_processor", "model_kwargs", "assistant_model"),
+    "_validate_generation_mode": ("generation_mode", "generation_config", "generation_mode_kwargs"),
+}
+_original = {name: getattr(GenerationMixin, name) for name in _EXPECTED}
+
+
+def check_seam() -> None:
+    """Raise RuntimeError if transformers no longer has the private methods (and arguments) we wrap."""
+    for name, params in _EXPECTED.items():
+        method = _original.get(name)
+        if method is None:
+            raise RuntimeError(f"transformers.GenerationMixin.{name} is gone: hf_specdec needs a port to this version")
+        missing = set(params) - set(inspect.signature(method).parameters)
+        if missing:
+            raise RuntimeError(
+                f"transformers.GenerationMixin.{name} lost arguments {sorted(missing)}: hf_specdec needs a port"
+            )
+
+
+def _validate_generation_mode(self, generation_mode, generation_config, generation_mode_kwargs):
+    drafter = generation_mode_kwargs.get("assistant_model")
+    if drafter is not None and generator_class_for(drafter) is not None:
+        validate_generation_settings(self, drafter, generation_mode, generation_config)
+        # The drafter is not a same-tokenizer LM: skip transformers' assistant checks, keep the others.
+        generation_mode_kwargs = {k: v for k, v in generation_mode_kwargs.items() if k != "assistant_model"}
+    return _original["_validate_generation_mode"](self, generation_mode, generation_config, generation_mode_kwargs)
+
+
+def _get_candidate_generator(self, generation_config, input_ids, inputs_tensor, logits_processor, model_kwargs,
+                             assistant_model=None, **kwargs):
+    generator_cls = generator_class_for(assistant_model) if assistant_model is not None else None
+    if generator_cls is None:
+        return _original["_get_candidate_generator"](
+            self, generation_config=generation_config, input_ids=input_ids, inputs_tensor=inputs_tensor,
+            logits_processor=logits_processor, model_kwargs=model_kwargs, assistant_model=assistant_model, **kwargs,
+        )
+    validate_inputs(assistant_model, input_ids, model_kwargs.get("cache", model_kwargs.get("past_key_values")))
+    return generator_cls(assistant_model, self, generation_config, logits_processor)
+
+
+def install() -> None:
+    """Wrap the two methods (idempotent)."""
+    check_seam()
+    GenerationMixin._validate_generation_mode = _validate_generation_mode
+    GenerationMixin._get_candidate_generator = _get_candidate_generator
+
+
+def is_installed() -> bool:
+    return GenerationMixin._get_candidate_generator is _get_candidate_generator
+
+
+__all__ = ["check_seam", "install", "is_installed"]

@@ -1,0 +1,63 @@
+"""Settings a drafted `generate()` cannot honour, refused with an error that says what to change.
+
+transformers itself ignores an assistant under beam search (with only a log line), so every refusal here
+is a case that would otherwise give silently different behaviour or an obscure failure deeper down.
+"""
+
+from __future__ import annotations
+
+from transformers import GenerationConfig, PreTrainedModel
+from transformers.generation.configuration_utils import GenerationMode
+
+from ..drafting.target_features import check_drafter_matches_target
+
+_STATIC_CACHES = ("static", "offloaded_static", "hybrid", "sliding_window", "hybrid_chunked", "offloaded_hybrid")
+
+
+def validate_generation_settings(
+    target: PreTrainedModel, drafter: PreTrainedModel, generation_mode, generation_config: GenerationConfig
+) -> None:
+    """Raise ValueError for settings a drafter cannot serve; pass silently otherwise."""
+    name = type(drafter).__name__
+    if generation_config.num_beams is not None and generation_config.num_beams > 1:
+        raise ValueError(
+            f"{name} cannot be used with beam search (num_beams={generation_config.num_beams}): transformers would "
+            "silently ignore the drafter. Use num_beams=1 (greedy or sampling) or drop assistant_model."
+        )
+    if generation_mode != GenerationMode.ASSISTED_GENERATION:
+        raise ValueError(f"{name} needs greedy or sampling decoding, but these settings select {generation_mode}.")
+    if (generation_config.num_return_sequences or 1) > 1:
+        raise ValueError(
+            f"num_return_sequences={generation_config.num_return_sequences} is not supported with {name}; "
+            "call generate once per sequence."
+        )
+    if generation_config.cache_implementation in _STATIC_CACHES:
+        raise ValueError(
+            f"cache_implementation={generation_config.cache_implementation!r} is not supported with {name}: "
+            "speculative decoding rolls the cache back. Leave cache_implementation unset (dynamic cache)."
+        )
+    if generation_config.use_cache is False:
+        raise ValueError(f"{name} needs use_cache=True: verification reuses the target's KV cache.")
+    for knob in ("prompt_lookup_num_tokens", "assistant_early_exit"):
+        if getattr(generation_config, knob, None) is not None:
+            raise ValueError(f"{knob} selects another drafting method; unset it when passing {name}.")
+    if getattr(generation_config, "use_mtp", False):
+        raise ValueError(f"use_mtp selects another drafting method; unset it when passing {name}.")
+    check_drafter_matches_target(drafter.config, target)
+
+
+def validate_inputs(drafter: PreTrainedModel, input_ids, cache) -> None:
+    """Checks that need the prepared inputs (batch size, a user-supplied static cache)."""
+    name = type(drafter).__name__
+    if input_ids.shape[0] > 1:
+        raise ValueError(
+            f"batch size {input_ids.shape[0]} is not supported with {name} yet; call generate once per prompt."
+        )
+    if cache is not None and type(cache).__name__ not in ("DynamicCache",):
+        raise ValueError(
+            f"{type(cache).__name__} is not supported with {name}: pass no cache (a DynamicCache is made) or a "
+            "DynamicCache."
+        )
+
+
+__all__ = ["validate_generation_settings", "validate_inputs"]

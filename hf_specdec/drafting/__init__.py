@@ -1,0 +1,1 @@
+"""Drafter architectures (config/modeling pairs) and what they read from the target."""

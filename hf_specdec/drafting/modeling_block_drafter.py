@@ -1,0 +1,244 @@
+"""Block drafter: the DFlash architecture (Chen, Liang, Liu 2026, "DFlash: Block Diffusion for Flash
+Speculative Decoding", arXiv 2602.06036).
+
+A few non-causal decoder layers read a block `[anchor, MASK x (K-1)]` and propose all K-1 draft tokens in one
+pass. The target's hidden states from `config.target_layer_ids` are fused (`fc` + `hidden_norm`) and injected as
+extra keys/values in every layer ("KV injection"), so the block attends to the whole committed context and to
+itself (bidirectionally). The drafter owns no embedding table and no LM head: it embeds with the target's input
+embeddings and scores with the target's LM head, so its checkpoint holds only its own layers.
+
+Weight names follow the published z-lab DFlash layout (`fc`, `hidden_norm`, `layers.N.self_attn.{q,k,v,o}_proj`,
+`q_norm`, `k_norm`, `mlp`, `norm`), so those checkpoints load without conversion of tensors.
+
+Shapes: B batch, S block length (anchor included), C new context rows, P = C + S positions, H hidden,
+L tapped target layers, h heads, d head dim.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+from transformers import PreTrainedModel
+from transformers.modeling_outputs import BaseModelOutputWithPast
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.models.qwen3.modeling_qwen3 import (
+    Qwen3MLP,
+    Qwen3RMSNorm,
+    Qwen3RotaryEmbedding,
+    eager_attention_forward,
+    rotate_half,
+)
+
+from .configuration_block_drafter import BlockDrafterConfig
+
+
+class DraftContextCache:
+    """Projected context keys/values per drafter layer.
+
+    Only committed context rows are kept: the block's own keys/values are used in the pass that makes them
+    and never stored, so nothing has to be cropped between drafting rounds.
+    """
+
+    def __init__(self) -> None:
+        self.keys: list[torch.Tensor | None] = []
+        self.values: list[torch.Tensor | None] = []
+
+    def get_seq_length(self) -> int:
+        return 0 if not self.keys or self.keys[0] is None else self.keys[0].shape[-2]
+
+    def extend(self, layer_idx: int, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append new context rows (B, h_kv, C, d); return every cached row of this layer."""
+        while len(self.keys) <= layer_idx:
+            self.keys.append(None)
+            self.values.append(None)
+        if self.keys[layer_idx] is not None:
+            keys = torch.cat([self.keys[layer_idx], keys], dim=-2)
+            values = torch.cat([self.values[layer_idx], values], dim=-2)
+        self.keys[layer_idx], self.values[layer_idx] = keys, values
+        return keys, values
+
+
+class BlockDrafterAttention(nn.Module):
+    """Attention whose queries come from the block only and whose keys/values are `[context | block]`."""
+
+    def __init__(self, config: BlockDrafterConfig, layer_idx: int) -> None:
+        super().__init__()
+        self.config = config
+        self.layer_idx = layer_idx
+        self.head_dim = config.head_dim
+        self.num_key_value_groups = config.num_attention_heads // config.num_key_value_heads
+        self.scaling = self.head_dim**-0.5
+        self.attention_dropout = config.attention_dropout
+        self.is_causal = False
+        h, h_kv, bias = config.num_attention_heads, config.num_key_value_heads, config.attention_bias
+        self.q_proj = nn.Linear(config.hidden_size, h * self.head_dim, bias=bias)
+        self.k_proj = nn.Linear(config.hidden_size, h_kv * self.head_dim, bias=bias)
+        self.v_proj = nn.Linear(config.hidden_size, h_kv * self.head_dim, bias=bias)
+        self.o_proj = nn.Linear(h * self.head_dim, config.hidden_size, bias=bias)
+        self.q_norm = Qwen3RMSNorm(self.head_dim, eps=config.rms_norm_eps)
+        self.k_norm = Qwen3RMSNorm(self.head_dim, eps=config.rms_norm_eps)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        context: torch.Tensor,
+        position_embeddings: tuple[torch.Tensor, torch.Tensor],
+        attention_mask: torch.Tensor | None = None,
+        cache: DraftContextCache | None = None,
+    ) -> torch.Tensor:
+        B, S, _ = hidden_states.shape
+        C = context.shape[1]
+        kv_input = torch.cat([context, hidden_states], dim=1)  # (B, C + S, H)
+        q = self.q_norm(self.q_proj(hidden_states).view(B, S, -1, self.head_dim)).transpose(1, 2)  # (B, h, S, d)
+        k = self.k_norm(self.k_proj(kv_input).view(B, C + S, -1, self.head_dim)).transpose(1, 2)  # (B, h_kv, P, d)
+        v = self.v_proj(kv_input).view(B, C + S, -1, self.head_dim).transpose(1, 2)  # (B, h_kv, P, d)
+        cos, sin = (t.unsqueeze(1) for t in position_embeddings)  # (B, 1, P, d)
+        q = q * cos[:, :, -S:] + rotate_half(q) * sin[:, :, -S:]
+        k = k * cos + rotate_half(k) * sin
+        if cache is not None:
+            ctx_k, ctx_v = cache.extend(self.layer_idx, k[:, :, :C], v[:, :, :C])
+            k = torch.cat([ctx_k, k[:, :, C:]], dim=-2)
+            v = torch.cat([ctx_v, v[:, :, C:]], dim=-2)
+        attend: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
+            self.config._attn_implementation, eager_attention_forward
+        )
+        out, _ = attend(
+            self,
+            q,
+            k,
+            v,
+            attention_mask,
+            dropout=self.attention_dropout if self.training else 0.0,
+            scaling=self.scaling,
+            is_causal=False,
+        )
+        return self.o_proj(out.reshape(B, S, -1))
+
+
+class BlockDrafterLayer(nn.Module):
+    """Pre-norm decoder layer: KV-injection attention, then a gated MLP."""
+
+    def __init__(self, config: BlockDrafterConfig, layer_idx: int) -> None:
+        super().__init__()
+        self.self_attn = BlockDrafterAttention(config, layer_idx)
+        self.mlp = Qwen3MLP(config)
+        self.input_layernorm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.post_attention_layernorm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+
+    def forward(self, hidden_states, context, position_embeddings, attention_mask=None, cache=None) -> torch.Tensor:
+        attn = self.self_attn(self.input_layernorm(hidden_states), context, position_embeddings, attention_mask, cache)
+        hidden_states = hidden_states + attn
+        return hidden_states + self.mlp(self.post_attention_layernorm(hidden_states))
+
+
+class BlockDrafterPreTrainedModel(PreTrainedModel):
+    config_class = BlockDrafterConfig
+    base_model_prefix = "drafter"
+    main_input_name = "noise_embeds"
+    _no_split_modules = ["BlockDrafterLayer"]
+    _supports_sdpa = True
+    _supports_flex_attn = True
+    _supports_attention_backend = True
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module) -> None:
+        if isinstance(module, nn.Linear):
+            module.weight.normal_(mean=0.0, std=self.config.initializer_range)
+            if module.bias is not None:
+                module.bias.zero_()
+        elif isinstance(module, Qwen3RMSNorm):
+            module.weight.fill_(1.0)
+
+
+class BlockDrafter(BlockDrafterPreTrainedModel):
+    """DFlash-style parallel block drafter.
+
+    Build one for a target with `BlockDrafter.for_target(target, mask_token_id=...)`, load one with
+    `from_pretrained` (our format or the published z-lab DFlash layout), and hand it to
+    `target.generate(..., assistant_model=drafter)` after `import hf_specdec`.
+    """
+
+    def __init__(self, config: BlockDrafterConfig) -> None:
+        super().__init__(config)
+        n_taps = len(config.target_layer_ids)
+        self.fc = nn.Linear(n_taps * config.target_hidden_size, config.hidden_size, bias=False)
+        self.hidden_norm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.layers = nn.ModuleList(BlockDrafterLayer(config, i) for i in range(config.num_hidden_layers))
+        self.norm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.rotary_emb = Qwen3RotaryEmbedding(config)
+        self.post_init()
+
+    def fuse_target_features(self, target_features: torch.Tensor) -> torch.Tensor:
+        """(B, C, L*H) concatenated target hidden states -> (B, C, H) context rows."""
+        return self.hidden_norm(self.fc(target_features))
+
+    def forward(
+        self,
+        noise_embeds: torch.Tensor,
+        target_features: torch.Tensor,
+        position_ids: torch.LongTensor,
+        attention_mask: torch.Tensor | None = None,
+        cache: DraftContextCache | None = None,
+    ) -> BaseModelOutputWithPast:
+        """One drafting pass.
+
+        Args:
+            noise_embeds: (B, S, H) target embeddings of `[anchor, MASK, ...]` (or of several packed blocks).
+            target_features: (B, C, L*H) target hidden states of context rows not yet in `cache`.
+            position_ids: (B, C + S) positions of those context rows followed by the block's positions.
+            attention_mask: None for one block at inference (it sees everything); an additive float mask
+                (B, 1, S, cached + C + S) for packed training blocks.
+            cache: projected context of earlier rows; extended in place with the new rows.
+        Returns:
+            `last_hidden_state` (B, S, H), normalised; score it with the target's LM head.
+        """
+        context = self.fuse_target_features(target_features)  # (B, C, H)
+        position_embeddings = self.rotary_emb(noise_embeds, position_ids)  # 2 x (B, P, d)
+        hidden = noise_embeds
+        for layer in self.layers:
+            hidden = layer(hidden, context, position_embeddings, attention_mask, cache)
+        return BaseModelOutputWithPast(last_hidden_state=self.norm(hidden))
+
+    @classmethod
+    def for_target(cls, target: PreTrainedModel, *, mask_token_id: int | None = None, **config_kwargs) -> BlockDrafter:
+        """A freshly initialised drafter shaped for `target` (see `BlockDrafterConfig.for_target`).
+
+        `mask_token_id` defaults to a token the target's vocabulary reserves but text rarely contains:
+        the tokenizer's pad token when it has one, else the last id of the embedding table.
+        """
+        if mask_token_id is None:
+            mask_token_id = default_mask_token_id(target)
+        config = BlockDrafterConfig.for_target(target.config, mask_token_id=mask_token_id, **config_kwargs)
+        drafter = cls(config)
+        return drafter.to(device=target.device, dtype=target.dtype)
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        """Load our format or the published DFlash layout (config with `dflash_config`), without remote code."""
+        from .dflash_format import config_from_dflash_checkpoint, load_checked
+
+        if kwargs.get("config") is None:
+            dflash_config = config_from_dflash_checkpoint(pretrained_model_name_or_path, **_hub_kwargs(kwargs))
+            if dflash_config is not None:
+                kwargs["config"] = dflash_config
+        return load_checked(super().from_pretrained, pretrained_model_name_or_path, *args, **kwargs)
+
+
+def default_mask_token_id(target: PreTrainedModel) -> int:
+    """The target's pad token if set, else the last embedding row (often an unused, padded slot)."""
+    pad = getattr(target.generation_config, "pad_token_id", None)
+    if pad is None:
+        pad = getattr(target.config.get_text_config(), "pad_token_id", None)
+    if isinstance(pad, int):
+        return pad
+    return target.get_input_embeddings().weight.shape[0] - 1
+
+
+def _hub_kwargs(kwargs: dict) -> dict:
+    keys = ("revision", "cache_dir", "token", "local_files_only", "subfolder", "force_download")
+    return {k: kwargs[k] for k in keys if k in kwargs}
+
+
+__all__ = ["BlockDrafter", "BlockDrafterPreTrainedModel", "DraftContextCache", "default_mask_token_id"]

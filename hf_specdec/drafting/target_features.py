@@ -1,0 +1,54 @@
+"""What a drafter reads from its target: tapped hidden states, and the identity check that pairs them."""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+from transformers import PreTrainedModel
+
+from .configuration_block_drafter import BlockDrafterConfig
+
+logger = logging.getLogger(__name__)
+
+
+def hidden_state_indices(layer_ids: list[int]) -> list[int]:
+    """`output_hidden_states` indices of decoder-layer outputs (index 0 is the embeddings)."""
+    return [i + 1 for i in layer_ids]
+
+
+def tapped_features(hidden_states: tuple, layer_ids: list[int], rows: int) -> torch.Tensor:
+    """(B, rows, L*H): outputs of the tapped layers for the first `rows` positions of a target forward."""
+    return torch.cat([hidden_states[i][:, :rows] for i in hidden_state_indices(layer_ids)], dim=-1)
+
+
+def check_drafter_matches_target(config: BlockDrafterConfig, target: PreTrainedModel) -> None:
+    """Raise a clear error when a drafter was built for a different target than `target`."""
+    text = target.config.get_text_config()
+    vocab_rows = target.get_input_embeddings().weight.shape[0]
+    problems = []
+    if config.target_hidden_size != text.hidden_size:
+        problems.append(f"hidden size {config.target_hidden_size} != target's {text.hidden_size}")
+    if config.target_num_hidden_layers is not None and config.target_num_hidden_layers != text.num_hidden_layers:
+        problems.append(f"layer count {config.target_num_hidden_layers} != target's {text.num_hidden_layers}")
+    if max(config.target_layer_ids) >= text.num_hidden_layers:
+        problems.append(f"tapped layers {config.target_layer_ids} reach past the target's {text.num_hidden_layers}")
+    if config.target_vocab_size is not None and config.target_vocab_size not in (text.vocab_size, vocab_rows):
+        problems.append(f"vocab size {config.target_vocab_size} != target's {text.vocab_size}")
+    if config.mask_token_id >= vocab_rows:
+        problems.append(f"mask_token_id {config.mask_token_id} is outside the target's {vocab_rows} embeddings")
+    if problems:
+        built_for = config.target_name_or_path or config.target_model_type or "another model"
+        raise ValueError(
+            f"this drafter was built for a different target ({built_for}): " + "; ".join(problems) + ". "
+            "Load the drafter trained for this target, or build one with `BlockDrafter.for_target(target)`."
+        )
+    if config.target_model_type and config.target_model_type != text.model_type:
+        logger.warning(
+            "drafter was built for a %r target but is used with %r; output stays exact, acceptance may be low",
+            config.target_model_type,
+            text.model_type,
+        )
+
+
+__all__ = ["check_drafter_matches_target", "hidden_state_indices", "tapped_features"]
