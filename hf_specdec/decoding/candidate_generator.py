@@ -15,8 +15,9 @@ Per step (T committed tokens, the last one, the "anchor", not yet seen by the ta
 from __future__ import annotations
 
 import torch
-from transformers import GenerationConfig, LogitsProcessorList, PreTrainedModel
+from transformers import GenerationConfig, LogitsProcessorList, PreTrainedModel, StoppingCriteriaList
 from transformers.generation.candidate_generator import CandidateGenerator
+from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria
 
 from ..drafting.modeling_block_drafter import BlockDrafter, DraftContextCache
 from ..drafting.target_features import hidden_state_indices, tapped_features
@@ -40,6 +41,7 @@ class BlockDraftCandidateGenerator(CandidateGenerator):
         target: PreTrainedModel,
         generation_config: GenerationConfig,
         logits_processor: LogitsProcessorList | None = None,
+        stopping_criteria: StoppingCriteriaList | None = None,
     ) -> None:
         self.drafter = drafter
         self.layer_ids = list(drafter.config.target_layer_ids)
@@ -47,6 +49,9 @@ class BlockDraftCandidateGenerator(CandidateGenerator):
         self.block_size = drafter.config.block_size
         self.max_length = generation_config.max_length
         self.logits_processor = logits_processor if logits_processor else None
+        # The loop truncates at EOS and max_length itself; other criteria are honoured by capping drafts.
+        extra = [c for c in stopping_criteria or () if not isinstance(c, (MaxLengthCriteria, EosTokenCriteria))]
+        self.stopping_criteria = StoppingCriteriaList(extra) if extra else None
         self.embed = target.get_input_embeddings()
         self.lm_head = target.get_output_embeddings()
         fix_lm_head_strides(target)
@@ -78,8 +83,22 @@ class BlockDraftCandidateGenerator(CandidateGenerator):
             self._drafted = 0
             return input_ids, None
         drafts, draft_logits = self.propose(input_ids, k)
+        if self.stopping_criteria is not None:
+            drafts, draft_logits = self._stop_before_criteria(input_ids, drafts, draft_logits)
         self._drafted = drafts.shape[1]
         return torch.cat([input_ids, drafts], dim=-1), draft_logits
+
+    def _stop_before_criteria(self, input_ids, drafts, draft_logits):
+        """Drop drafts from the first one that would end generation on its own.
+
+        Plain generate stops right after such a token; here it could be followed by accepted drafts and a
+        bonus token. Without it, the stop can only land on the last committed token, exactly where plain
+        generate stops. (One host sync per draft; only when the call has extra stopping criteria.)
+        """
+        for j in range(drafts.shape[1]):
+            if self.stopping_criteria(torch.cat([input_ids, drafts[:, : j + 1]], dim=-1), None).any():
+                return drafts[:, :j], None if draft_logits is None else draft_logits[:, :j]
+        return drafts, draft_logits
 
     def update_candidate_strategy(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, num_matches: int):
         if self._drafted is None:

@@ -2,11 +2,13 @@
 
 transformers has no public way to give its assisted-generation loop a custom `CandidateGenerator`:
 `GenerationMixin._get_candidate_generator` is a fixed if/elif chain, and under beam search an assistant is
-silently ignored. So at `import hf_specdec` two private methods of `GenerationMixin` are wrapped, for every
+silently ignored. So at `import hf_specdec` three private methods of `GenerationMixin` are wrapped, for every
 model:
 
 * `_validate_generation_mode`: when `assistant_model` is an hf_specdec drafter, refuse settings it cannot honour;
-* `_get_candidate_generator`: when `assistant_model` is an hf_specdec drafter, return its registered generator.
+* `_get_candidate_generator`: when `assistant_model` is an hf_specdec drafter, return its registered generator;
+* `_assisted_decoding`: only to hand that generator the call's stopping criteria (the stock loop truncates
+  accepted tokens at EOS and max_length but not at other criteria, so the generator caps its drafts instead).
 
 Every other call goes to the original method unchanged. `check_seam()` verifies the signatures this relies on;
 `tests/test_transformers_seam.py` runs it so a transformers upgrade that moves them fails loudly.
@@ -14,6 +16,8 @@ Every other call goes to the original method unchanged. `check_seam()` verifies 
 
 from __future__ import annotations
 
+import contextvars
+import functools
 import inspect
 
 from transformers.generation.utils import GenerationMixin
@@ -24,7 +28,9 @@ from .validation import validate_generation_settings, validate_inputs
 _EXPECTED = {
     "_get_candidate_generator": ("generation_config", "input_ids", "logits_processor", "model_kwargs", "assistant_model"),
     "_validate_generation_mode": ("generation_mode", "generation_config", "generation_mode_kwargs"),
+    "_assisted_decoding": ("input_ids", "logits_processor", "stopping_criteria", "generation_config"),
 }
+_stopping_criteria: contextvars.ContextVar = contextvars.ContextVar("hf_specdec_stopping_criteria", default=None)
 _original = {name: getattr(GenerationMixin, name) for name in _EXPECTED}
 
 
@@ -59,14 +65,28 @@ def _get_candidate_generator(self, generation_config, input_ids, inputs_tensor, 
             logits_processor=logits_processor, model_kwargs=model_kwargs, assistant_model=assistant_model, **kwargs,
         )
     validate_inputs(assistant_model, input_ids, model_kwargs.get("cache", model_kwargs.get("past_key_values")))
-    return generator_cls(assistant_model, self, generation_config, logits_processor)
+    return generator_cls(
+        assistant_model, self, generation_config, logits_processor, stopping_criteria=_stopping_criteria.get()
+    )
+
+
+@functools.wraps(_original["_assisted_decoding"])  # generate() inspects its signature
+def _assisted_decoding(self, input_ids, logits_processor, stopping_criteria, generation_config, *args, **kwargs):
+    token = _stopping_criteria.set(stopping_criteria)
+    try:
+        return _original["_assisted_decoding"](
+            self, input_ids, logits_processor, stopping_criteria, generation_config, *args, **kwargs
+        )
+    finally:
+        _stopping_criteria.reset(token)
 
 
 def install() -> None:
-    """Wrap the two methods (idempotent)."""
+    """Wrap the three methods (idempotent)."""
     check_seam()
     GenerationMixin._validate_generation_mode = _validate_generation_mode
     GenerationMixin._get_candidate_generator = _get_candidate_generator
+    GenerationMixin._assisted_decoding = _assisted_decoding
 
 
 def is_installed() -> bool:

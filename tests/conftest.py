@@ -1,0 +1,84 @@
+"""Tiny random targets built from config, and drafters with a known acceptance pattern.
+
+`OracleDrafter` is a real `BlockDrafter`: every step still runs the drafter pass on the target's features, so
+the generate() integration is exercised end to end. Only its proposal is replaced by the target's own greedy
+continuation (`reference`), optionally corrupted at block position `corrupt_at`, so a step accepts all drafts,
+none, or exactly `corrupt_at` of them.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+import hf_specdec
+from hf_specdec import BlockDraftCandidateGenerator, BlockDrafter
+
+VOCAB = 256
+MASK_ID = VOCAB - 1
+
+
+def tiny_target(arch: str = "llama", seed: int = 0, layers: int = 4, attn: str = "sdpa"):
+    torch.manual_seed(seed)
+    common = dict(
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=layers, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=512, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+        initializer_range=0.3,  # large weights: varied greedy text with clear argmax margins
+    )
+    if arch == "llama":
+        model = LlamaForCausalLM(LlamaConfig(**common, attn_implementation=attn))
+    elif arch == "qwen3":
+        model = Qwen3ForCausalLM(Qwen3Config(**common, head_dim=16, attn_implementation=attn))
+    else:
+        raise ValueError(arch)
+    return model.eval()
+
+
+class OracleCandidateGenerator(BlockDraftCandidateGenerator):
+    def propose(self, input_ids, k):
+        self.draft_hidden(input_ids)  # the real drafter pass still runs (consumes the target features)
+        ref = self.drafter.reference
+        T = input_ids.shape[1]
+        drafts = ref[:, T : T + k].clone()
+        if drafts.shape[1] < k:  # past the reference's end: any token
+            drafts = torch.cat([drafts, torch.full((1, k - drafts.shape[1]), 3, dtype=torch.long)], dim=-1)
+        j = self.drafter.corrupt_at
+        if j is not None and j < k:
+            drafts[0, j] = (drafts[0, j] + 1) % VOCAB
+        return drafts, None
+
+
+class OracleDrafter(BlockDrafter):
+    reference: torch.Tensor
+    corrupt_at: int | None = None
+
+
+hf_specdec.register_drafter_kind(OracleDrafter, OracleCandidateGenerator)
+
+
+def make_drafter(target, block_size: int, cls=BlockDrafter, seed: int = 1, **kwargs):
+    torch.manual_seed(seed)
+    return cls.for_target(target, block_size=block_size, mask_token_id=MASK_ID, **kwargs).eval()
+
+
+def oracle(target, prompt, block_size, corrupt_at, max_new_tokens, **gen_kwargs):
+    """An OracleDrafter whose reference is the target's greedy continuation (block_size tokens past the end)."""
+    drafter = make_drafter(target, block_size, cls=OracleDrafter)
+    ref_kwargs = {k: v for k, v in gen_kwargs.items() if k not in ("eos_token_id", "min_new_tokens")}
+    drafter.reference = target.generate(
+        prompt, max_new_tokens=max_new_tokens + block_size, do_sample=False, eos_token_id=None, **ref_kwargs
+    )
+    drafter.corrupt_at = corrupt_at
+    return drafter
+
+
+@pytest.fixture(params=["llama", "qwen3"])
+def target(request):
+    return tiny_target(request.param)
+
+
+@pytest.fixture
+def prompt():
+    g = torch.Generator().manual_seed(123)
+    return torch.randint(3, VOCAB - 1, (1, 12), generator=g)
