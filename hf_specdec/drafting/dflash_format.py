@@ -13,6 +13,7 @@ import json
 import os
 from collections.abc import Callable
 
+from safetensors import SafetensorError
 from transformers.utils import cached_file
 
 from .configuration_block_drafter import BlockDrafterConfig
@@ -79,13 +80,13 @@ def load_checked(load: Callable, path, *args, **kwargs):
     kwargs.setdefault("use_safetensors", True)
     try:
         return load(path, *args, **kwargs)
-    except (OSError, ValueError, RuntimeError) as err:
+    except (SafetensorError, OSError, ValueError, RuntimeError) as err:
         text = str(err)
-        if "safetensors" in text.lower() or "header" in text.lower() or "deserializ" in text.lower():
+        if isinstance(err, SafetensorError) or "deserializ" in text.lower() or "header" in text.lower():
+            first_line = text.splitlines()[0] if text else type(err).__name__
             raise ValueError(
                 f"the drafter checkpoint at {path!s} could not be read: its safetensors file is corrupt or "
-                f"truncated ({text.splitlines()[0] if text else type(err).__name__}). Re-download it or save it "
-                "again with `save_pretrained`."
+                f"truncated ({first_line}). Re-download it or save it again with `save_pretrained`."
             ) from err
         raise
 

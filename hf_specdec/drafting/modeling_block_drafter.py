@@ -141,15 +141,7 @@ class BlockDrafterPreTrainedModel(PreTrainedModel):
     _supports_sdpa = True
     _supports_flex_attn = True
     _supports_attention_backend = True
-
-    @torch.no_grad()
-    def _init_weights(self, module: nn.Module) -> None:
-        if isinstance(module, nn.Linear):
-            module.weight.normal_(mean=0.0, std=self.config.initializer_range)
-            if module.bias is not None:
-                module.bias.zero_()
-        elif isinstance(module, Qwen3RMSNorm):
-            module.weight.fill_(1.0)
+    # The base `_init_weights` covers Linear, RMSNorm and the rotary buffers (which from_pretrained must rebuild).
 
 
 class BlockDrafter(BlockDrafterPreTrainedModel):
