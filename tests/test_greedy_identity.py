@@ -26,7 +26,9 @@ def test_oracle_drafters_give_plain_greedy_output(target, prompt, block_size, ac
         j = 1  # one draft per block: accepting exactly j=1 is "all"; corrupt beyond it
     drafter = oracle(target, prompt, block_size, j, NEW_TOKENS, eos_token_id=None)
     ref = plain(target, prompt, max_new_tokens=NEW_TOKENS, eos_token_id=None)
-    out = target.generate(prompt, do_sample=False, max_new_tokens=NEW_TOKENS, eos_token_id=None, assistant_model=drafter)
+    out = target.generate(
+        prompt, do_sample=False, max_new_tokens=NEW_TOKENS, eos_token_id=None, assistant_model=drafter
+    )
     assert torch.equal(out, ref)
     stats = drafter.last_acceptance_stats
     per_step = block_size - 1 if j is None else min(j, block_size - 1)
@@ -78,7 +80,9 @@ def test_drafter_sees_target_hidden_states_of_exactly_the_accepted_positions(tar
     drafter.register_forward_pre_hook(
         lambda module, args, kwargs: seen.append(kwargs["target_features"].detach().clone()), with_kwargs=True
     )
-    out = target.generate(prompt, do_sample=False, max_new_tokens=NEW_TOKENS, eos_token_id=None, assistant_model=drafter)
+    out = target.generate(
+        prompt, do_sample=False, max_new_tokens=NEW_TOKENS, eos_token_id=None, assistant_model=drafter
+    )
     context = torch.cat(seen, dim=1)  # (1, rows, L*H) every row the drafter was given, in order
     with torch.no_grad():
         hs = target(out, output_hidden_states=True).hidden_states

@@ -123,7 +123,9 @@ class BlockDraftCandidateGenerator(CandidateGenerator):
         block_ids = torch.cat([input_ids[:, -1:], self.mask_ids], dim=-1)  # (1, K)
         positions = torch.arange(T - 1 - n_ctx, T - 1 + self.block_size, device=device)[None]  # (1, C + K)
         out = self.drafter(
-            noise_embeds=self.embed(block_ids).to(device), target_features=features, position_ids=positions,
+            noise_embeds=self.embed(block_ids).to(device),
+            target_features=features,
+            position_ids=positions,
             cache=self.cache,
         )
         self.context_rows += n_ctx

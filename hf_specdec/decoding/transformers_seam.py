@@ -26,7 +26,13 @@ from .registry import generator_class_for
 from .validation import validate_generation_settings, validate_inputs
 
 _EXPECTED = {
-    "_get_candidate_generator": ("generation_config", "input_ids", "logits_processor", "model_kwargs", "assistant_model"),
+    "_get_candidate_generator": (
+        "generation_config",
+        "input_ids",
+        "logits_processor",
+        "model_kwargs",
+        "assistant_model",
+    ),
     "_validate_generation_mode": ("generation_mode", "generation_config", "generation_mode_kwargs"),
     "_assisted_decoding": ("input_ids", "logits_processor", "stopping_criteria", "generation_config"),
 }
@@ -56,13 +62,20 @@ def _validate_generation_mode(self, generation_mode, generation_config, generati
     return _original["_validate_generation_mode"](self, generation_mode, generation_config, generation_mode_kwargs)
 
 
-def _get_candidate_generator(self, generation_config, input_ids, inputs_tensor, logits_processor, model_kwargs,
-                             assistant_model=None, **kwargs):
+def _get_candidate_generator(
+    self, generation_config, input_ids, inputs_tensor, logits_processor, model_kwargs, assistant_model=None, **kwargs
+):
     generator_cls = generator_class_for(assistant_model) if assistant_model is not None else None
     if generator_cls is None:
         return _original["_get_candidate_generator"](
-            self, generation_config=generation_config, input_ids=input_ids, inputs_tensor=inputs_tensor,
-            logits_processor=logits_processor, model_kwargs=model_kwargs, assistant_model=assistant_model, **kwargs,
+            self,
+            generation_config=generation_config,
+            input_ids=input_ids,
+            inputs_tensor=inputs_tensor,
+            logits_processor=logits_processor,
+            model_kwargs=model_kwargs,
+            assistant_model=assistant_model,
+            **kwargs,
         )
     validate_inputs(assistant_model, input_ids, model_kwargs.get("cache", model_kwargs.get("past_key_values")))
     return generator_cls(

