@@ -7,7 +7,7 @@ For each block size K it times (median of --reps runs, after a warm-up):
   verify         one target forward of K tokens with the drafter's tapped hidden states
   drafter        one drafter pass over [anchor, MASK x (K-1)] with new context rows
   drafter head   the target LM head on the K-1 draft rows, 2-D input (our path)
-  slow head      the same head on a 3-D slice `h[:, 1:]` without hf_specdec's fix (torch CPU bf16 slow path)
+  slow head      the same head, frozen, on a 3-D slice `h[:, 1:]` without hf_specdec's fix (torch CPU bf16 slow path)
   step           a whole step inside `generate(assistant_model=...)`, measured end to end
   bookkeeping    step - verify - drafter - drafter head
 """
@@ -57,6 +57,7 @@ def measure(target, block_size: int, prompt, reps: int, new_tokens: int) -> dict
     drafter = hf_specdec.BlockDrafter.for_target(target, block_size=block_size).eval()
     H, taps = target.config.hidden_size, drafter.config.target_layer_ids
     head = target.get_output_embeddings()
+    frozen = head.weight.detach()  # a frozen target (requires_grad=False) is what triggers the slow path
     feats = torch.randn(1, 2, len(taps) * H, dtype=target.dtype, device=target.device)
     noise = torch.randn(1, block_size, H, dtype=target.dtype, device=target.device)
     hidden = torch.randn(1, block_size, H, dtype=target.dtype, device=target.device)

@@ -77,7 +77,8 @@ def test_static_cache_setting(setup):
 def test_static_cache_object(setup):
     target, drafter, prompt = setup
     cache = StaticCache(config=target.config, max_cache_len=64)
-    with pytest.raises(ValueError, match="StaticCache is not supported"):
+    # transformers 5.23 refuses it first with its own message; 5.24 leaves it to us
+    with pytest.raises(ValueError, match="StaticCache is not supported|not supported with Static cache"):
         target.generate(prompt, max_new_tokens=4, past_key_values=cache, assistant_model=drafter)
 
 
