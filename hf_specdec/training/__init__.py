@@ -1,0 +1,1 @@
+"""Drafter training: config, data (target continuations and cached target features), packing, losses, trainer."""

@@ -1,0 +1,70 @@
+"""Training settings, typed and validated (HfArgumentParser reads the field help texts)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class DrafterTrainingConfig:
+    """How to train a block drafter for a frozen target with the DFlash objective."""
+
+    target: str = field(metadata={"help": "target model folder or Hub id (frozen during training)"})
+    output_dir: str = field(metadata={"help": "where checkpoints and the final drafter go"})
+    data_file: str | None = field(
+        default=None,
+        metadata={"help": "jsonl of training items: {'messages': [...]}, {'prompt': str} or {'ids': [...], "
+                  "'loss_start': int}; prompts get target-generated continuations"},
+    )
+    corpus: list[str] = field(
+        default_factory=lambda: ["sharegpt", "stdlib"],
+        metadata={"help": "built-in prompt sources used when no data_file is given: sharegpt, stdlib"},
+    )
+    num_prompts: int = field(default=64, metadata={"help": "prompts to draw from the corpus"})
+    max_new_tokens: int = field(default=256, metadata={"help": "length of each target-generated continuation"})
+    generation_batch_size: int = field(default=16, metadata={"help": "prompts per generate() call (CUDA)"})
+    max_length: int = field(default=1024, metadata={"help": "longest training sequence (tokens)"})
+    drafter: str | None = field(default=None, metadata={"help": "drafter to start from; default: a fresh one"})
+    block_size: int = field(default=8, metadata={"help": "drafting block incl. the anchor"})
+    num_hidden_layers: int = field(default=1, metadata={"help": "drafter layers (fresh drafter)"})
+    intermediate_size: int | None = field(default=None, metadata={"help": "drafter MLP width; default: target's"})
+    num_target_taps: int = field(default=3, metadata={"help": "target layers the drafter reads (fresh drafter)"})
+    mask_token_id: int | None = field(default=None, metadata={"help": "default: the target's pad token"})
+    num_steps: int = field(default=1000, metadata={"help": "optimizer steps"})
+    batch_size: int = field(default=4, metadata={"help": "sequences per optimizer step"})
+    anchors_per_sequence: int = field(default=32, metadata={"help": "training blocks packed per sequence"})
+    gamma: float | None = field(default=None, metadata={"help": "position-decay length; default ceil((K-1)/2)"})
+    learning_rate: float = field(default=6e-4, metadata={"help": "AdamW peak learning rate"})
+    warmup_ratio: float = field(default=0.04, metadata={"help": "linear warm-up share of num_steps"})
+    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
+    max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping norm"})
+    save_every: int = field(default=100, metadata={"help": "checkpoint every N steps (and at the end)"})
+    seed: int = field(default=0, metadata={"help": "seeds data order, anchors and init; resume is exact"})
+    dtype: str = field(default="auto", metadata={"help": "target dtype: auto (bf16 on CUDA and CPU), float32"})
+    device: str = field(default="auto", metadata={"help": "auto, cpu or cuda"})
+    resume: bool = field(default=True, metadata={"help": "continue from output_dir/checkpoint when present"})
+
+    def __post_init__(self) -> None:
+        positive = ("num_prompts", "max_new_tokens", "generation_batch_size", "max_length", "num_steps", "batch_size",
+                    "anchors_per_sequence", "save_every", "num_hidden_layers", "num_target_taps")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.block_size < 2:
+            raise ValueError(f"block_size must be >= 2 (anchor + at least one draft), got {self.block_size}")
+        if not 0 < self.learning_rate < 1:
+            raise ValueError(f"learning_rate must be in (0, 1), got {self.learning_rate}")
+        if not 0 <= self.warmup_ratio < 1:
+            raise ValueError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
+        if self.gamma is not None and self.gamma <= 0:
+            raise ValueError(f"gamma must be > 0, got {self.gamma}")
+        if self.dtype not in ("auto", "bfloat16", "float32"):
+            raise ValueError(f"dtype must be auto, bfloat16 or float32, got {self.dtype!r}")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise ValueError(f"device must be auto, cpu or cuda, got {self.device!r}")
+        unknown = set(self.corpus) - {"sharegpt", "stdlib"}
+        if unknown and self.data_file is None:
+            raise ValueError(f"unknown corpus {sorted(unknown)}; choose from sharegpt, stdlib or pass data_file")
+
+
+__all__ = ["DrafterTrainingConfig"]
