@@ -80,9 +80,7 @@ def measure(target, block_size: int, prompt, reps: int, new_tokens: int) -> dict
             "verify_ms": target_forward_ms(target, prompt, block_size, [i + 1 for i in taps], reps),
             "drafter_ms": median_ms(drafter_pass, reps),
             "drafter_head_ms": median_ms(lambda: head(hidden[0, 1:]), reps),
-            "slow_head_ms": median_ms(
-                lambda: torch.nn.functional.linear(hidden[:, 1:], frozen), max(2, reps // 3)
-            ),
+            "slow_head_ms": median_ms(lambda: torch.nn.functional.linear(hidden[:, 1:], frozen), max(2, reps // 3)),
         }
         start = time.perf_counter()
         target.generate(prompt, max_new_tokens=1, do_sample=False, assistant_model=drafter)  # prefill only

@@ -3,9 +3,9 @@
 With torch 2.13 on CPU in bf16, `F.linear` with a weight that does not require grad (a frozen target, e.g. after
 `requires_grad_(False)`) on a 3-D input that is a slice with a non-standard stride (for example `hidden[:, -1:]`,
 which transformers' `logits_to_keep=1` produces at every prefill, or `hidden[:, 1:]`) takes a path about 40x
-slower: ~1.1 s instead of ~25 ms for a 151,936 x 1,536 head (measured here). Copying such inputs into a fresh tensor first
-gives identical logits at normal speed. `.contiguous()` is not enough: a size-1 dim with an odd stride already
-counts as contiguous, so the copy is made explicitly.
+slower: ~1.1 s instead of ~25 ms for a 151,936 x 1,536 head (measured here). Copying such inputs into a fresh
+tensor first gives identical logits at normal speed. `.contiguous()` is not enough: a size-1 dim with an odd
+stride already counts as contiguous, so the copy is made explicitly.
 """
 
 from __future__ import annotations

@@ -13,8 +13,10 @@ class DrafterTrainingConfig:
     output_dir: str = field(metadata={"help": "where checkpoints and the final drafter go"})
     data_file: str | None = field(
         default=None,
-        metadata={"help": "jsonl of training items: {'messages': [...]}, {'prompt': str} or {'ids': [...], "
-                  "'loss_start': int}; prompts get target-generated continuations"},
+        metadata={
+            "help": "jsonl of training items: {'messages': [...]}, {'prompt': str} or {'ids': [...], "
+            "'loss_start': int}; prompts get target-generated continuations"
+        },
     )
     corpus: list[str] = field(
         default_factory=lambda: ["sharegpt", "stdlib"],
@@ -45,8 +47,18 @@ class DrafterTrainingConfig:
     resume: bool = field(default=True, metadata={"help": "continue from output_dir/checkpoint when present"})
 
     def __post_init__(self) -> None:
-        positive = ("num_prompts", "max_new_tokens", "generation_batch_size", "max_length", "num_steps", "batch_size",
-                    "anchors_per_sequence", "save_every", "num_hidden_layers", "num_target_taps")
+        positive = (
+            "num_prompts",
+            "max_new_tokens",
+            "generation_batch_size",
+            "max_length",
+            "num_steps",
+            "batch_size",
+            "anchors_per_sequence",
+            "save_every",
+            "num_hidden_layers",
+            "num_target_taps",
+        )
         for name in positive:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")

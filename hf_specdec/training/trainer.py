@@ -1,0 +1,127 @@
+"""DFlash-objective training of a block drafter on cached target features (the target stays frozen)."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+from transformers import PreTrainedModel
+
+from ..drafting.modeling_block_drafter import BlockDrafter
+from .checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
+from .config import DrafterTrainingConfig
+from .data import TrainingSequence
+from .losses import default_gamma, dflash_decayed_cross_entropy
+from .packing import pack_blocks, sample_anchors
+
+
+class DrafterTrainer:
+    """Trains `drafter` against `target` on `sequences`; checkpoints every `save_every` steps and resumes exactly.
+
+    Each step's randomness (which sequences, which anchors) comes from a generator seeded with (seed, step), so a
+    run resumed from a checkpoint takes the same steps as one that never stopped.
+    """
+
+    def __init__(
+        self,
+        config: DrafterTrainingConfig,
+        target: PreTrainedModel,
+        drafter: BlockDrafter,
+        sequences: list[TrainingSequence],
+    ) -> None:
+        if not sequences:
+            raise ValueError("no training sequences: check the data source (each needs >= 2 supervised tokens)")
+        self.config, self.target, self.drafter, self.sequences = config, target, drafter, sequences
+        self.target.requires_grad_(False)
+        self.drafter.train()
+        self.embed = target.get_input_embeddings()
+        self.head = target.get_output_embeddings()
+        self.device = next(drafter.parameters()).device
+        self.gamma = config.gamma or default_gamma(drafter.config.block_size)
+        params = [p for p in drafter.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(
+            params, lr=config.learning_rate, betas=(0.9, 0.95), weight_decay=config.weight_decay
+        )
+        self.checkpoint_dir = Path(config.output_dir) / "checkpoint"
+        self.state = {"step": 0, "losses": [], "elapsed_s": 0.0, "supervised_tokens": 0}
+
+    def learning_rate(self, step: int) -> float:
+        """Linear warm-up, then cosine decay to 10% of the peak."""
+        total, warm = self.config.num_steps, max(1, int(self.config.warmup_ratio * self.config.num_steps))
+        if step < warm:
+            return self.config.learning_rate * (step + 1) / warm
+        progress = (step - warm) / max(1, total - warm)
+        return self.config.learning_rate * (0.1 + 0.45 * (1 + math.cos(math.pi * progress)))
+
+    def sequence_loss(self, seq: TrainingSequence, generator: torch.Generator) -> tuple[torch.Tensor, int]:
+        """DFlash loss of one sequence's packed blocks, and how many labels it had."""
+        K, T = self.drafter.config.block_size, seq.ids.shape[0]
+        anchors = sample_anchors(T, seq.loss_start, K, self.config.anchors_per_sequence, generator)
+        dtype = self.drafter.dtype
+        packed = pack_blocks(seq.ids, anchors, K, self.drafter.config.mask_token_id, seq.loss_start, dtype)
+        dev = self.device
+        noise = self.embed(packed.block_ids.to(self.embed.weight.device)).to(dev, dtype)[None]  # (1, n*K, H)
+        hidden = self.drafter(
+            noise_embeds=noise,
+            target_features=seq.features.to(dev, dtype)[None],  # (1, T, L*H)
+            position_ids=packed.positions.to(dev)[None],
+            attention_mask=packed.attention_mask.to(dev),
+        ).last_hidden_state[0]  # (n*K, H)
+        logits = self.head(hidden.to(self.head.weight.dtype))  # (n*K, V)
+        labels = packed.labels.to(dev)
+        loss = dflash_decayed_cross_entropy(logits.view(len(anchors), K, -1), labels, self.gamma)
+        return loss, int((labels != -100).sum())
+
+    def train_step(self) -> float:
+        step = self.state["step"]
+        generator = torch.Generator().manual_seed(self.config.seed * 1_000_003 + step)
+        picks = torch.randint(len(self.sequences), (self.config.batch_size,), generator=generator).tolist()
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.learning_rate(step)
+        self.optimizer.zero_grad(set_to_none=True)
+        total = 0.0
+        for i in picks:
+            loss, labelled = self.sequence_loss(self.sequences[i], generator)
+            (loss / len(picks)).backward()
+            total += float(loss) / len(picks)
+            self.state["supervised_tokens"] += labelled
+        torch.nn.utils.clip_grad_norm_(self.drafter.parameters(), self.config.max_grad_norm)
+        self.optimizer.step()
+        return total
+
+    def resume(self) -> bool:
+        """Load the last checkpoint in output_dir if there is one; True when training continues from it."""
+        found = find_checkpoint(self.checkpoint_dir)
+        if found is None:
+            return False
+        self.state = load_checkpoint(found, self.drafter, self.optimizer)
+        return True
+
+    def save(self) -> None:
+        save_checkpoint(self.checkpoint_dir, self.drafter, self.optimizer, self.state)
+
+    def train(self, on_step_end: Callable[[int, float], None] | None = None) -> dict:
+        """Run to `num_steps`, checkpointing on the way; returns the trainer state (losses, time, tokens)."""
+        bar = tqdm(total=self.config.num_steps, initial=self.state["step"], desc="train drafter", unit="step")
+        while self.state["step"] < self.config.num_steps:
+            start = time.perf_counter()
+            loss = self.train_step()
+            self.state["step"] += 1
+            self.state["elapsed_s"] += time.perf_counter() - start
+            self.state["losses"].append([self.state["step"], loss])
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss:.3f}")
+            step = self.state["step"]
+            if step % self.config.save_every == 0 or step == self.config.num_steps:
+                self.save()
+            if on_step_end is not None:
+                on_step_end(step, loss)
+        bar.close()
+        return self.state
+
+
+__all__ = ["DrafterTrainer"]

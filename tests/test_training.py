@@ -1,0 +1,219 @@
+"""DFlash training: the loss as mathematics, the packing mask by perturbation, learning, and exact resume."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import MASK_ID, make_drafter, tiny_target
+from safetensors.torch import load_file
+
+from hf_specdec.training.config import DrafterTrainingConfig
+from hf_specdec.training.data import TrainingSequence, target_features
+from hf_specdec.training.losses import dflash_decayed_cross_entropy, position_weights
+from hf_specdec.training.packing import block_attention_mask, pack_blocks, sample_anchors
+from hf_specdec.training.trainer import DrafterTrainer
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_position_weights_follow_dflash():
+    w = position_weights(5, gamma=2.0)
+    assert w[0] == 0 and w[1] == 1
+    torch.testing.assert_close(w[2:], torch.exp(-torch.arange(1, 4, dtype=torch.float32) / 2.0))
+
+
+def test_decayed_cross_entropy_equals_the_weighted_mean_by_hand():
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(2, 4, 7, generator=g)
+    labels = torch.tensor([[-100, 3, 1, -100], [-100, 0, 6, 2]])
+    w = [0, 1, math.exp(-1 / 3), math.exp(-2 / 3)]
+    num = den = 0.0
+    for b in range(2):
+        for k in range(4):
+            if labels[b, k] != -100:
+                num += w[k] * float(F.cross_entropy(logits[b, k][None], labels[b, k][None]))
+                den += w[k]
+    assert float(dflash_decayed_cross_entropy(logits, labels, gamma=3.0)) == pytest.approx(num / den, rel=1e-5)
+
+
+def test_anchors_leave_context_and_labels():
+    g = torch.Generator().manual_seed(0)
+    a = sample_anchors(20, loss_start=8, block_size=4, num_anchors=50, generator=g)
+    assert a.min() >= 7 and a.max() <= 18 and len(a) == len(set(a.tolist())) == 12
+    assert len(sample_anchors(3, 3, 4, 5, g)) == 0
+
+
+def test_packed_labels_and_mask_shape():
+    ids = torch.arange(100, 120)
+    packed = pack_blocks(ids, torch.tensor([5, 17]), 4, MASK_ID, loss_start=3, dtype=torch.float32)
+    assert packed.block_ids.tolist() == [105, MASK_ID, MASK_ID, MASK_ID, 117, MASK_ID, MASK_ID, MASK_ID]
+    assert packed.labels.tolist() == [[-100, 106, 107, 108], [-100, 118, 119, -100]]
+    assert packed.positions[20:].tolist() == [5, 6, 7, 8, 17, 18, 19, 20]
+    assert packed.attention_mask.shape == (1, 1, 8, 28)
+
+
+def test_block_mask_visibility_by_perturbation():
+    """Block b's output moves with context rows < a_b and its own tokens only."""
+    target = tiny_target("llama")
+    drafter = make_drafter(target, 4)
+    T, anchors = 12, torch.tensor([3, 8])
+    g = torch.Generator().manual_seed(0)
+    feats = torch.randn(1, T, 3 * 64, generator=g)
+    noise = torch.randn(1, 8, 64, generator=g)
+    mask = block_attention_mask(anchors, T, 4, torch.float32)
+    positions = torch.cat([torch.arange(T), (anchors[:, None] + torch.arange(4)).reshape(-1)])[None]
+
+    def run(f, n):
+        with torch.no_grad():
+            return drafter(n, f, positions, attention_mask=mask).last_hidden_state[0]
+
+    base = run(feats, noise)
+    changed_late = feats.clone()
+    changed_late[:, 3:] += 1.0  # rows >= a_0: invisible to block 0, row 3..7 visible to block 1
+    out = run(changed_late, noise)
+    assert torch.allclose(out[:4], base[:4]) and not torch.allclose(out[4:], base[4:])
+    changed_early = feats.clone()
+    changed_early[:, 2] += 1.0
+    assert not torch.allclose(run(changed_early, noise)[:4], base[:4])
+    other_block = noise.clone()
+    other_block[:, 5] += 1.0  # a token of block 1
+    out = run(feats, other_block)
+    assert torch.allclose(out[:4], base[:4]) and not torch.allclose(out[4:], base[4:])
+
+
+def tiny_setup(tmp_path, steps=8, save_every=3, seed=0):
+    target = tiny_target("llama")
+    g = torch.Generator().manual_seed(7)
+    seqs = []
+    for _ in range(3):
+        ids = torch.randint(3, 250, (40,), generator=g)
+        seqs.append(TrainingSequence(ids, target_features(target, ids.tolist(), [0, 2, 3]), loss_start=10))
+    config = DrafterTrainingConfig(
+        target="tiny",
+        output_dir=str(tmp_path),
+        num_steps=steps,
+        save_every=save_every,
+        batch_size=2,
+        anchors_per_sequence=6,
+        block_size=4,
+        learning_rate=3e-3,
+        seed=seed,
+        warmup_ratio=0.1,
+    )
+    torch.manual_seed(seed)
+    drafter = make_drafter(target, 4).float()
+    assert drafter.config.target_layer_ids == [0, 2, 3]
+    return config, target, drafter, seqs
+
+
+def test_training_lowers_the_loss(tmp_path):
+    config, target, drafter, seqs = tiny_setup(tmp_path, steps=40, save_every=100)
+    state = DrafterTrainer(config, target, drafter, seqs).train()
+    losses = [loss for _, loss in state["losses"]]
+    assert sum(losses[-5:]) / 5 < 0.8 * sum(losses[:5]) / 5
+    assert state["supervised_tokens"] > 0
+
+
+def test_resume_after_a_crash_gives_the_same_weights(tmp_path):
+    config, target, drafter, seqs = tiny_setup(tmp_path / "a")
+    DrafterTrainer(config, target, drafter, seqs).train()
+    uninterrupted = {k: v.clone() for k, v in drafter.state_dict().items()}
+
+    config, target, drafter, seqs = tiny_setup(tmp_path / "b")
+
+    def crash(step, loss):
+        if step == 5:  # after the checkpoint at step 3: steps 4-5 are lost
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        DrafterTrainer(config, target, drafter, seqs).train(on_step_end=crash)
+    config, target, fresh, seqs = tiny_setup(tmp_path / "b", seed=0)
+    trainer = DrafterTrainer(config, target, fresh, seqs)
+    assert trainer.resume() and trainer.state["step"] == 3
+    trainer.train()
+    for name, tensor in uninterrupted.items():
+        assert torch.equal(fresh.state_dict()[name], tensor), name
+    files = {p.name for p in (tmp_path / "b" / "checkpoint").iterdir()}
+    assert files == {
+        "config.json",
+        "model.safetensors",
+        "optimizer.safetensors",
+        "optimizer_groups.json",
+        "trainer_state.json",
+    }
+
+
+def test_bad_training_config_is_refused():
+    with pytest.raises(ValueError, match="num_steps"):
+        DrafterTrainingConfig(target="t", output_dir="o", num_steps=0)
+    with pytest.raises(ValueError, match="block_size"):
+        DrafterTrainingConfig(target="t", output_dir="o", block_size=1)
+    with pytest.raises(ValueError, match="learning_rate"):
+        DrafterTrainingConfig(target="t", output_dir="o", learning_rate=3.0)
+
+
+@pytest.mark.slow
+def test_script_resumes_after_kill_9(tmp_path):
+    """The CLI killed with SIGKILL mid-run, restarted, ends with the weights of a run that was never killed."""
+    target = tiny_target("llama")
+    target.save_pretrained(tmp_path / "target")
+    g = torch.Generator().manual_seed(3)
+    lines = [json.dumps({"ids": torch.randint(3, 250, (48,), generator=g).tolist(), "loss_start": 8}) for _ in range(4)]
+    (tmp_path / "data.jsonl").write_text("\n".join(lines))
+
+    def command(out):
+        return [
+            sys.executable,
+            str(ROOT / "scripts" / "train_drafter.py"),
+            "--target",
+            str(tmp_path / "target"),
+            "--output_dir",
+            str(out),
+            "--data_file",
+            str(tmp_path / "data.jsonl"),
+            "--block_size",
+            "4",
+            "--num_steps",
+            "150",
+            "--save_every",
+            "5",
+            "--batch_size",
+            "2",
+            "--anchors_per_sequence",
+            "8",
+            "--mask_token_id",
+            str(MASK_ID),
+            "--dtype",
+            "float32",
+            "--num_target_taps",
+            "3",
+        ]
+
+    env = os.environ | {"HF_HUB_OFFLINE": "1", "TQDM_DISABLE": "1"}
+    subprocess.run(command(tmp_path / "whole"), check=True, env=env, capture_output=True)
+    proc = subprocess.Popen(command(tmp_path / "killed"), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    state = tmp_path / "killed" / "checkpoint" / "trainer_state.json"
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        if state.exists() and json.loads(state.read_text())["step"] >= 10:
+            break
+        time.sleep(0.02)
+    assert proc.poll() is None, "training finished before it could be killed"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    subprocess.run(command(tmp_path / "killed"), check=True, env=env, capture_output=True)
+    log = json.loads((tmp_path / "killed" / "training_log.json").read_text())
+    assert log["resumed"] and log["steps"] == 150
+    a = load_file(str(tmp_path / "whole" / "drafter" / "model.safetensors"))
+    b = load_file(str(tmp_path / "killed" / "drafter" / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
