@@ -15,6 +15,7 @@ Per step (T committed tokens, the last one, the "anchor", not yet seen by the ta
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from transformers import GenerationConfig, LogitsProcessorList, PreTrainedModel, StoppingCriteriaList
 from transformers.generation.candidate_generator import CandidateGenerator
 from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria
@@ -53,8 +54,16 @@ class BlockDraftCandidateGenerator(CandidateGenerator):
         extra = [c for c in stopping_criteria or () if not isinstance(c, (MaxLengthCriteria, EosTokenCriteria))]
         self.stopping_criteria = StoppingCriteriaList(extra) if extra else None
         self.embed = target.get_input_embeddings()
-        self.lm_head = target.get_output_embeddings()
+        lm_head = target.get_output_embeddings()
         fix_lm_head_strides(target)
+        self.vocab_size = lm_head.weight.shape[0]
+        self.draft_vocab = drafter.draft_vocab  # (Vd,) ids the drafter scores, or None for the whole vocabulary
+        self.head_weight = drafter.head_weight(lm_head)  # (Vd, H): gathered once per generate() call
+        self.head_bias = (
+            None
+            if lm_head.bias is None
+            else lm_head.bias[self.draft_vocab if self.draft_vocab is not None else slice(None)]
+        )
         self.cache = DraftContextCache()
         self.context_rows = 0  # committed tokens whose target features are in `self.cache`
         self.pending: torch.Tensor | None = None  # (1, C, L*H) features received but not fed yet
@@ -133,15 +142,26 @@ class BlockDraftCandidateGenerator(CandidateGenerator):
         return out.last_hidden_state
 
     def draft_logits(self, input_ids: torch.LongTensor, k: int) -> torch.Tensor:
-        """(k, V) target-LM-head scores of block positions 1..k (2-D input: the head's fast path)."""
+        """(k, Vd) target-LM-head scores of block positions 1..k over the draft vocabulary (2-D input: fast path)."""
         hidden = self.draft_hidden(input_ids)[0, 1 : k + 1]  # (k, H)
-        return self.lm_head(hidden.to(self.lm_head.weight.device))
+        return F.linear(hidden.to(self.head_weight.device), self.head_weight, self.head_bias)
+
+    def full_vocab_logits(self, logits: torch.Tensor) -> torch.Tensor:
+        """(k, V) from (k, Vd): ids outside the draft vocabulary get -inf (the drafter never proposes them)."""
+        if self.draft_vocab is None:
+            return logits
+        full = logits.new_full((logits.shape[0], self.vocab_size), float("-inf"))
+        return full.index_copy_(1, self.draft_vocab.to(logits.device), logits)
 
     def propose(self, input_ids: torch.LongTensor, k: int) -> tuple[torch.LongTensor, torch.FloatTensor | None]:
         """(1, k) argmax drafts after the logits processors; None logits selects sample-and-match."""
-        logits = self.draft_logits(input_ids, k)  # (k, V)
+        logits = self.draft_logits(input_ids, k)  # (k, Vd)
         if self.logits_processor is None:
-            return logits.argmax(dim=-1)[None].to(input_ids.device), None
+            best = logits.argmax(dim=-1)  # (k,)
+            if self.draft_vocab is not None:
+                best = self.draft_vocab.to(best.device)[best]
+            return best[None].to(input_ids.device), None
+        logits = self.full_vocab_logits(logits)  # processors work on full-vocabulary rows
         ids = input_ids
         for j in range(k):  # processors may depend on the tokens drafted before position j
             row = self.logits_processor(ids, logits[j : j + 1].float().to(input_ids.device))  # (1, V)

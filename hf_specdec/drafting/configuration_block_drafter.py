@@ -44,6 +44,9 @@ class BlockDrafterConfig(PreTrainedConfig):
         target_model_type / target_hidden_size / target_num_hidden_layers / target_vocab_size: the target the
             drafter was built for; checked against the target at `generate()` time.
         target_name_or_path / target_revision: where that target came from, when known (informational).
+        draft_vocab_size: when set, the drafter scores only this many token ids (EAGLE-3's reduced draft vocabulary,
+            stored as the `draft_vocab` buffer) with the matching rows of the target's LM head. Lossless: the target
+            still verifies over its full vocabulary; it cuts the drafter's largest cost.
     """
 
     model_type = "hf_specdec_block_drafter"
@@ -72,6 +75,7 @@ class BlockDrafterConfig(PreTrainedConfig):
     target_name_or_path: str | None = None
     target_revision: str | None = None
     vocab_size: int | None = None
+    draft_vocab_size: int | None = None
     tie_word_embeddings: bool = False
 
     def __post_init__(self, **kwargs):
@@ -113,6 +117,8 @@ class BlockDrafterConfig(PreTrainedConfig):
                 f"the drafter's hidden_size ({self.hidden_size}) must equal the target's "
                 f"({self.target_hidden_size}): it reuses the target's embeddings and LM head."
             )
+        if self.draft_vocab_size is not None and not 0 < self.draft_vocab_size <= (self.vocab_size or 2**62):
+            raise ValueError(f"draft_vocab_size must be in 1..vocab_size, got {self.draft_vocab_size}")
         if self.vocab_size is not None and self.mask_token_id >= self.vocab_size:
             raise ValueError(f"mask_token_id {self.mask_token_id} is outside the vocabulary ({self.vocab_size}).")
 

@@ -160,7 +160,21 @@ class BlockDrafter(BlockDrafterPreTrainedModel):
         self.layers = nn.ModuleList(BlockDrafterLayer(config, i) for i in range(config.num_hidden_layers))
         self.norm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.rotary_emb = Qwen3RotaryEmbedding(config)
+        vocab = None if config.draft_vocab_size is None else torch.arange(config.draft_vocab_size)  # (Vd,)
+        self.register_buffer("draft_vocab", vocab, persistent=True)  # filled from the checkpoint
         self.post_init()
+
+    def set_draft_vocab(self, token_ids: torch.LongTensor) -> None:
+        """Score only `token_ids` (e.g. the most frequent target tokens); sets `config.draft_vocab_size`."""
+        ids = torch.as_tensor(token_ids, dtype=torch.long).unique()  # sorted
+        self.config.draft_vocab_size = len(ids)
+        self.draft_vocab = ids.to(self.fc.weight.device)
+
+    def head_weight(self, lm_head: nn.Module) -> torch.Tensor:
+        """(Vd, H) rows of the target's LM head this drafter scores (all rows without a draft vocabulary)."""
+        if self.draft_vocab is None:
+            return lm_head.weight
+        return lm_head.weight.index_select(0, self.draft_vocab.to(lm_head.weight.device))
 
     def fuse_target_features(self, target_features: torch.Tensor) -> torch.Tensor:
         """(B, C, L*H) concatenated target hidden states -> (B, C, H) context rows."""

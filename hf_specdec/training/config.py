@@ -23,6 +23,20 @@ class DrafterTrainingConfig:
         metadata={"help": "built-in prompt sources used when no data_file is given: sharegpt, stdlib"},
     )
     num_prompts: int = field(default=64, metadata={"help": "prompts to draw from the corpus"})
+    continue_prompts: bool = field(
+        default=True,
+        metadata={
+            "help": "target-generated continuations of corpus prompts (best); False: teacher-force the "
+            "corpus' own texts (fast on a CPU, pair with label_source=target_argmax)"
+        },
+    )
+    label_source: str = field(
+        default="tokens",
+        metadata={"help": "tokens: the sequence's next tokens; target_argmax: the target's greedy choice there"},
+    )
+    draft_vocab_size: int | None = field(
+        default=None, metadata={"help": "score only the N most frequent label tokens (fresh drafter)"}
+    )
     max_new_tokens: int = field(default=256, metadata={"help": "length of each target-generated continuation"})
     generation_batch_size: int = field(default=16, metadata={"help": "prompts per generate() call (CUDA)"})
     max_length: int = field(default=1024, metadata={"help": "longest training sequence (tokens)"})
@@ -70,6 +84,10 @@ class DrafterTrainingConfig:
             raise ValueError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
         if self.gamma is not None and self.gamma <= 0:
             raise ValueError(f"gamma must be > 0, got {self.gamma}")
+        if self.label_source not in ("tokens", "target_argmax"):
+            raise ValueError(f"label_source must be tokens or target_argmax, got {self.label_source!r}")
+        if self.draft_vocab_size is not None and self.draft_vocab_size < 2:
+            raise ValueError(f"draft_vocab_size must be >= 2, got {self.draft_vocab_size}")
         if self.dtype not in ("auto", "bfloat16", "float32"):
             raise ValueError(f"dtype must be auto, bfloat16 or float32, got {self.dtype!r}")
         if self.device not in ("auto", "cpu", "cuda"):

@@ -35,23 +35,36 @@ def _iter_json_array(text: str):
         yield item
 
 
-def sharegpt_prompts(n: int, seed: int = 0, max_chars: int = 2000, scan: int = 4000) -> list[list[dict]]:
-    """`n` first user turns (as chat messages) sampled from the first `scan` conversations."""
+def _sharegpt_pairs(n: int, seed: int, max_chars: int, scan: int) -> list[tuple[str, str]]:
+    """`n` (first user turn, first reply) pairs sampled from the first `scan` usable conversations."""
     with open(_sharegpt_path(), encoding="utf-8") as f:
         text = f.read(60_000_000)
-    turns = []
+    pairs = []
     for item in _iter_json_array(text):
         conv = item.get("conversations") or []
-        if conv and conv[0].get("from") == "human" and 20 < len(conv[0].get("value", "")) <= max_chars:
-            turns.append(conv[0]["value"])
-        if len(turns) >= scan:
+        if len(conv) >= 2 and conv[0].get("from") == "human" and 20 < len(conv[0].get("value", "")) <= max_chars:
+            pairs.append((conv[0]["value"], conv[1].get("value", "")))
+        if len(pairs) >= scan:
             break
-    random.Random(seed).shuffle(turns)
-    return [[{"role": "user", "content": t}] for t in turns[:n]]
+    random.Random(seed).shuffle(pairs)
+    return pairs[:n]
 
 
-def stdlib_prompts(n: int, seed: int = 0, lines: int = 12) -> list[list[dict]]:
-    """`n` requests to continue a function from the CPython standard library (test folders skipped)."""
+def sharegpt_prompts(n: int, seed: int = 0, max_chars: int = 2000, scan: int = 4000) -> list[list[dict]]:
+    """`n` first user turns as chat messages."""
+    return [[{"role": "user", "content": q}] for q, _ in _sharegpt_pairs(n, seed, max_chars, scan)]
+
+
+def sharegpt_conversations(n: int, seed: int = 0, max_chars: int = 2000, scan: int = 4000) -> list[list[dict]]:
+    """`n` (user, assistant) exchanges as chat messages, for teacher-forced training on existing replies."""
+    return [
+        [{"role": "user", "content": q}, {"role": "assistant", "content": a}]
+        for q, a in _sharegpt_pairs(n, seed, max_chars, scan)
+        if a
+    ]
+
+
+def _stdlib_snippets(n: int, seed: int, lines: int) -> list[str]:
     root = Path(sysconfig.get_paths()["stdlib"])
     files = sorted(p for p in root.glob("*.py") if not p.name.startswith("_"))
     rng, prompts = random.Random(seed), []
@@ -61,16 +74,29 @@ def stdlib_prompts(n: int, seed: int = 0, lines: int = 12) -> list[list[dict]]:
         if not starts:
             continue
         start = rng.choice(starts)
-        snippet = "\n".join(source[start : start + lines])
-        prompts.append([{"role": "user", "content": f"Continue this Python code:\n```python\n{snippet}\n```"}])
+        prompts.append("\n".join(source[start : start + lines]))
     return prompts
 
 
-def corpus_prompts(names: list[str], n: int, seed: int = 0) -> list[list[dict]]:
-    """`n` prompts split evenly over the named sources."""
-    sources = {"sharegpt": sharegpt_prompts, "stdlib": stdlib_prompts}
+def stdlib_prompts(n: int, seed: int = 0, lines: int = 12) -> list[list[dict]]:
+    """`n` requests to continue a function from the CPython standard library."""
+    ask = "Continue this Python code:\n```python\n{}\n```"
+    return [[{"role": "user", "content": ask.format(s)}] for s in _stdlib_snippets(n, seed, lines)]
+
+
+def stdlib_code(n: int, seed: int = 0, lines: int = 60) -> list[str]:
+    """`n` raw code chunks from the CPython standard library, for teacher-forced training."""
+    return _stdlib_snippets(n, seed, lines)
+
+
+def corpus_prompts(names: list[str], n: int, seed: int = 0, texts: bool = False) -> list:
+    """`n` prompts (or, with `texts`, whole texts to teacher-force) split evenly over the named sources."""
+    if texts:
+        sources = {"sharegpt": sharegpt_conversations, "stdlib": stdlib_code}
+    else:
+        sources = {"sharegpt": sharegpt_prompts, "stdlib": stdlib_prompts}
     share = [n // len(names) + (i < n % len(names)) for i in range(len(names))]
     return [p for name, k in zip(names, share, strict=True) for p in sources[name](k, seed)]
 
 
-__all__ = ["corpus_prompts", "sharegpt_prompts", "stdlib_prompts"]
+__all__ = ["corpus_prompts", "sharegpt_conversations", "sharegpt_prompts", "stdlib_code", "stdlib_prompts"]

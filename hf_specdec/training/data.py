@@ -24,6 +24,16 @@ class TrainingSequence:
     ids: torch.LongTensor  # (T,)
     features: torch.Tensor  # (T, L*H) target hidden states of the tapped layers
     loss_start: int  # first supervised position (the response starts here)
+    next_tokens: torch.LongTensor | None = None  # (T,) target argmax after each position, when labels come from it
+
+
+def encode_text(tokenizer, item) -> tuple[list[int], int]:
+    """(ids, loss_start) of a whole text: a chat exchange (supervised from the reply on) or plain text."""
+    if isinstance(item, str):
+        return tokenizer(item, add_special_tokens=True)["input_ids"], 1
+    prompt = encode_prompt(tokenizer, item[:-1])
+    full = tokenizer.apply_chat_template(item, tokenize=True, return_dict=True)["input_ids"]
+    return list(full), len(prompt)
 
 
 def encode_prompt(tokenizer, item) -> list[int]:
@@ -61,9 +71,22 @@ def generate_continuations(
 @torch.no_grad()
 def target_features(target: PreTrainedModel, ids: list[int], layer_ids: list[int]) -> torch.Tensor:
     """(T, L*H) outputs of the tapped target layers for every position of `ids` (one forward)."""
+    return target_features_and_argmax(target, ids, layer_ids, argmax=False)[0]
+
+
+@torch.no_grad()
+def target_features_and_argmax(
+    target: PreTrainedModel, ids: list[int], layer_ids: list[int], argmax: bool = True, chunk: int = 256
+) -> tuple[torch.Tensor, torch.LongTensor | None]:
+    """Tapped features (T, L*H) and, with `argmax`, the target's greedy next token after each position (T,)."""
     x = torch.tensor([ids], device=target.device)
-    hs = target.base_model(x, output_hidden_states=hidden_state_indices(layer_ids)).hidden_states
-    return torch.cat([hs[i][0] for i in hidden_state_indices(layer_ids)], dim=-1).to("cpu")
+    out = target.base_model(x, output_hidden_states=hidden_state_indices(layer_ids))
+    features = torch.cat([out.hidden_states[i][0] for i in hidden_state_indices(layer_ids)], dim=-1).to("cpu")
+    if not argmax:
+        return features, None
+    head, last = target.get_output_embeddings(), out.last_hidden_state[0]  # (T, H)
+    best = torch.cat([head(last[i : i + chunk]).argmax(-1) for i in range(0, last.shape[0], chunk)])
+    return features, best.to("cpu")
 
 
 def save_sequences(sequences: list[TrainingSequence], folder: Path, shard_size: int = 256) -> None:
@@ -72,6 +95,9 @@ def save_sequences(sequences: list[TrainingSequence], folder: Path, shard_size: 
         part = sequences[s : s + shard_size]
         tensors = {f"{s + j}.ids": q.ids.contiguous() for j, q in enumerate(part)}
         tensors |= {f"{s + j}.features": q.features.contiguous() for j, q in enumerate(part)}
+        tensors |= {
+            f"{s + j}.next": q.next_tokens.contiguous() for j, q in enumerate(part) if q.next_tokens is not None
+        }
         meta = {"loss_start": json.dumps({str(s + j): q.loss_start for j, q in enumerate(part)})}
         save_file(tensors, str(folder / f"shard-{s // shard_size:05d}.safetensors"), metadata=meta)
     (folder / "index.json").write_text(json.dumps({"sequences": len(sequences)}))
@@ -86,20 +112,27 @@ def load_sequences(folder: Path) -> list[TrainingSequence]:
             starts = json.loads(f.metadata()["loss_start"])
         tensors = load_file(str(shard))
         for key, start in starts.items():
-            sequences[int(key)] = TrainingSequence(tensors[f"{key}.ids"], tensors[f"{key}.features"], start)
+            sequences[int(key)] = TrainingSequence(
+                tensors[f"{key}.ids"], tensors[f"{key}.features"], start, tensors.get(f"{key}.next")
+            )
     return [sequences[i] for i in sorted(sequences)]
 
 
 def build_sequences(
-    target: PreTrainedModel, items: list[tuple[list[int], int]], layer_ids: list[int], max_length: int
+    target: PreTrainedModel,
+    items: list[tuple[list[int], int]],
+    layer_ids: list[int],
+    max_length: int,
+    target_labels: bool = False,
 ) -> list[TrainingSequence]:
-    """Features for (ids, loss_start) items, each cut to `max_length` tokens."""
+    """Features (and, with `target_labels`, target argmax labels) for (ids, loss_start) items, cut to max_length."""
     out = []
     for ids, start in tqdm(items, desc="target features", unit="seq"):
         ids = ids[:max_length]
         if len(ids) - max(start, 1) < 2:
             continue
-        out.append(TrainingSequence(torch.tensor(ids), target_features(target, ids, layer_ids), start))
+        features, best = target_features_and_argmax(target, ids, layer_ids, argmax=target_labels)
+        out.append(TrainingSequence(torch.tensor(ids), features, start, best))
     return out
 
 
@@ -107,8 +140,10 @@ __all__ = [
     "TrainingSequence",
     "build_sequences",
     "encode_prompt",
+    "encode_text",
     "generate_continuations",
     "load_sequences",
     "save_sequences",
     "target_features",
+    "target_features_and_argmax",
 ]

@@ -47,15 +47,26 @@ def block_attention_mask(anchors: torch.LongTensor, num_tokens: int, block_size:
 
 
 def pack_blocks(
-    ids: torch.LongTensor, anchors: torch.LongTensor, block_size: int, mask_token_id: int, loss_start: int, dtype
+    ids: torch.LongTensor,
+    anchors: torch.LongTensor,
+    block_size: int,
+    mask_token_id: int,
+    loss_start: int,
+    dtype,
+    next_tokens: torch.LongTensor | None = None,
 ) -> PackedBlocks:
-    """Blocks, positions, labels and mask for `ids` (T,) at `anchors` (n,)."""
+    """Blocks, positions, labels and mask for `ids` (T,) at `anchors` (n,).
+
+    Slot k of the block at a is labelled with the token at a+k: `ids[a+k]`, or with `next_tokens` (T,) given,
+    the target's own greedy choice there, `next_tokens[a+k-1]`.
+    """
     T, K = ids.shape[0], block_size
+    source = ids if next_tokens is None else torch.cat([ids[:1], next_tokens[:-1]])  # source[p]: label at p
     offsets = torch.arange(K)
     pos = anchors[:, None] + offsets[None, :]  # (n, K)
     block_ids = torch.full(pos.shape, mask_token_id, dtype=torch.long)
     block_ids[:, 0] = ids[anchors]
-    labels = torch.where(pos < T, ids[pos.clamp(max=T - 1)], torch.full_like(pos, -100))
+    labels = torch.where(pos < T, source[pos.clamp(max=T - 1)], torch.full_like(pos, -100))
     labels[pos < loss_start] = -100
     labels[:, 0] = -100
     positions = torch.cat([torch.arange(T), pos.reshape(-1)])

@@ -15,6 +15,7 @@ from .data import (
     TrainingSequence,
     build_sequences,
     encode_prompt,
+    encode_text,
     generate_continuations,
     load_sequences,
     save_sequences,
@@ -52,6 +53,9 @@ def build_drafter(config: DrafterTrainingConfig, target) -> BlockDrafter:
 def _read_items(config: DrafterTrainingConfig, tokenizer) -> tuple[list[list[int]], list[tuple[list[int], int]]]:
     """Prompts still to be continued, and ready (ids, loss_start) items, from data_file or the built-in corpora."""
     if config.data_file is None:
+        if not config.continue_prompts:
+            texts = corpus_prompts(config.corpus, config.num_prompts, config.seed, texts=True)
+            return [], [encode_text(tokenizer, t) for t in texts]
         return [encode_prompt(tokenizer, p) for p in corpus_prompts(config.corpus, config.num_prompts, config.seed)], []
     prompts, ready = [], []
     for line in Path(config.data_file).read_text(encoding="utf-8").splitlines():
@@ -89,10 +93,24 @@ def prepare_sequences(config: DrafterTrainingConfig, target, tokenizer, layer_id
     if prompts:
         pad = tokenizer.pad_token_id if tokenizer is not None and tokenizer.pad_token_id is not None else 0
         items += generate_continuations(target, prompts, config.max_new_tokens, config.generation_batch_size, pad)
-    sequences = build_sequences(target, items, layer_ids, config.max_length)
+    sequences = build_sequences(
+        target, items, layer_ids, config.max_length, target_labels=config.label_source == "target_argmax"
+    )
     save_sequences(sequences, folder)
     index.write_text(json.dumps({"sequences": len(sequences), "key": key}))
     return sequences
+
+
+def frequent_labels(sequences: list[TrainingSequence], n: int) -> torch.LongTensor:
+    """The `n` most frequent supervised labels (ties by id): the draft vocabulary."""
+    counts: dict[int, int] = {}
+    for seq in sequences:
+        labels = seq.ids if seq.next_tokens is None else seq.next_tokens
+        ids, freq = labels[max(seq.loss_start - 1, 0) :].unique(return_counts=True)
+        for i, c in zip(ids.tolist(), freq.tolist(), strict=True):
+            counts[i] = counts.get(i, 0) + c
+    ranked = sorted(counts, key=lambda i: (-counts[i], i))[:n]
+    return torch.tensor(sorted(ranked))
 
 
 def run_training(config: DrafterTrainingConfig) -> Path:
@@ -105,6 +123,8 @@ def run_training(config: DrafterTrainingConfig) -> Path:
         tokenizer = None  # data_file with token ids needs none
     drafter = build_drafter(config, target)
     sequences = prepare_sequences(config, target, tokenizer, drafter.config.target_layer_ids)
+    if config.draft_vocab_size and drafter.draft_vocab is None:
+        drafter.set_draft_vocab(frequent_labels(sequences, config.draft_vocab_size))
     trainer = DrafterTrainer(config, target, drafter, sequences)
     resumed = config.resume and trainer.resume()
     state = trainer.train()
@@ -125,4 +145,4 @@ def run_training(config: DrafterTrainingConfig) -> Path:
     return out
 
 
-__all__ = ["build_drafter", "device_and_dtype", "prepare_sequences", "run_training"]
+__all__ = ["build_drafter", "device_and_dtype", "frequent_labels", "prepare_sequences", "run_training"]

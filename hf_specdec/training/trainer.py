@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
@@ -39,7 +40,16 @@ class DrafterTrainer:
         self.target.requires_grad_(False)
         self.drafter.train()
         self.embed = target.get_input_embeddings()
-        self.head = target.get_output_embeddings()
+        head = target.get_output_embeddings()
+        self.head_weight = drafter.head_weight(head).detach()  # (Vd, H) frozen target rows the drafter scores
+        self.label_index = None  # full id -> draft-vocabulary index (-100 outside it)
+        if drafter.draft_vocab is not None:
+            self.label_index = torch.full(
+                (head.weight.shape[0],), -100, dtype=torch.long, device=self.head_weight.device
+            )
+            self.label_index[drafter.draft_vocab.to(self.label_index.device)] = torch.arange(
+                len(drafter.draft_vocab), device=self.label_index.device
+            )
         self.device = next(drafter.parameters()).device
         self.gamma = config.gamma or default_gamma(drafter.config.block_size)
         params = [p for p in drafter.parameters() if p.requires_grad]
@@ -62,7 +72,9 @@ class DrafterTrainer:
         K, T = self.drafter.config.block_size, seq.ids.shape[0]
         anchors = sample_anchors(T, seq.loss_start, K, self.config.anchors_per_sequence, generator)
         dtype = self.drafter.dtype
-        packed = pack_blocks(seq.ids, anchors, K, self.drafter.config.mask_token_id, seq.loss_start, dtype)
+        packed = pack_blocks(
+            seq.ids, anchors, K, self.drafter.config.mask_token_id, seq.loss_start, dtype, seq.next_tokens
+        )
         dev = self.device
         noise = self.embed(packed.block_ids.to(self.embed.weight.device)).to(dev, dtype)[None]  # (1, n*K, H)
         hidden = self.drafter(
@@ -71,8 +83,10 @@ class DrafterTrainer:
             position_ids=packed.positions.to(dev)[None],
             attention_mask=packed.attention_mask.to(dev),
         ).last_hidden_state[0]  # (n*K, H)
-        logits = self.head(hidden.to(self.head.weight.dtype))  # (n*K, V)
+        logits = F.linear(hidden.to(self.head_weight.dtype), self.head_weight)  # (n*K, Vd)
         labels = packed.labels.to(dev)
+        if self.label_index is not None:
+            labels = torch.where(labels == -100, labels, self.label_index.to(dev)[labels.clamp_min(0)])
         loss = dflash_decayed_cross_entropy(logits.view(len(anchors), K, -1), labels, self.gamma)
         return loss, int((labels != -100).sum())
 
