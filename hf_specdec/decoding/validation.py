@@ -6,7 +6,7 @@ is a case that would otherwise give silently different behaviour or an obscure f
 
 from __future__ import annotations
 
-from transformers import GenerationConfig, PreTrainedModel
+from transformers import GenerationConfig, PreTrainedModel, StaticCache
 from transformers.generation.configuration_utils import GenerationMode
 
 from ..drafting.target_features import check_drafter_matches_target
@@ -53,10 +53,10 @@ def validate_inputs(drafter: PreTrainedModel, input_ids, cache) -> None:
         raise ValueError(
             f"batch size {input_ids.shape[0]} is not supported with {name} yet; call generate once per prompt."
         )
-    if cache is not None and type(cache).__name__ not in ("DynamicCache",):
+    if isinstance(cache, StaticCache):
         raise ValueError(
-            f"{type(cache).__name__} is not supported with {name}: pass no cache (a DynamicCache is made) or a "
-            "DynamicCache."
+            f"{type(cache).__name__} is not supported with {name}: speculative decoding rolls the cache back. "
+            "Pass no cache (a DynamicCache is made) or a DynamicCache."
         )
 
 
