@@ -217,3 +217,32 @@ def test_script_resumes_after_kill_9(tmp_path):
     a = load_file(str(tmp_path / "whole" / "drafter" / "model.safetensors"))
     b = load_file(str(tmp_path / "killed" / "drafter" / "model.safetensors"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_feature_extraction_resumes_after_a_crash(tmp_path, monkeypatch):
+    from hf_specdec.training import data
+
+    target = tiny_target("llama")
+    g = torch.Generator().manual_seed(5)
+    items = [(torch.randint(3, 250, (20,), generator=g).tolist(), 4) for _ in range(7)]
+    whole = data.build_sequences(target, items, [0, 2], 64, tmp_path / "whole", target_labels=True, shard_size=2)
+    calls, armed = [], [True]
+    real = data.target_features_and_argmax
+
+    def flaky(*args, **kwargs):
+        calls.append(1)
+        if armed[0] and len(calls) == 4:
+            raise RuntimeError("killed")  # dies inside the second shard
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(data, "target_features_and_argmax", flaky)
+    with pytest.raises(RuntimeError, match="killed"):
+        data.build_sequences(target, items, [0, 2], 64, tmp_path / "cut", target_labels=True, shard_size=2)
+    calls.clear()
+    armed[0] = False
+    again = data.build_sequences(target, items, [0, 2], 64, tmp_path / "cut", target_labels=True, shard_size=2)
+    assert len(calls) == 5  # the first shard (2 items) was kept
+    assert len(again) == len(whole) == 7
+    for a, b in zip(again, whole, strict=True):
+        assert torch.equal(a.ids, b.ids) and torch.equal(a.next_tokens, b.next_tokens)
+        torch.testing.assert_close(a.features, b.features)

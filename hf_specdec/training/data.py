@@ -89,25 +89,25 @@ def target_features_and_argmax(
     return features, best.to("cpu")
 
 
-def save_sequences(sequences: list[TrainingSequence], folder: Path, shard_size: int = 256) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    for s in range(0, len(sequences), shard_size):
-        part = sequences[s : s + shard_size]
-        tensors = {f"{s + j}.ids": q.ids.contiguous() for j, q in enumerate(part)}
-        tensors |= {f"{s + j}.features": q.features.contiguous() for j, q in enumerate(part)}
-        tensors |= {
-            f"{s + j}.next": q.next_tokens.contiguous() for j, q in enumerate(part) if q.next_tokens is not None
-        }
-        meta = {"loss_start": json.dumps({str(s + j): q.loss_start for j, q in enumerate(part)})}
-        save_file(tensors, str(folder / f"shard-{s // shard_size:05d}.safetensors"), metadata=meta)
-    (folder / "index.json").write_text(json.dumps({"sequences": len(sequences)}))
+def save_shard(sequences: dict[int, TrainingSequence], path: Path) -> None:
+    """Write {item index: sequence} to one safetensors file (written aside, then renamed)."""
+    tensors, starts = {}, {}
+    for key, q in sequences.items():
+        tensors[f"{key}.ids"], tensors[f"{key}.features"] = q.ids.contiguous(), q.features.contiguous()
+        if q.next_tokens is not None:
+            tensors[f"{key}.next"] = q.next_tokens.contiguous()
+        starts[str(key)] = q.loss_start
+    tmp = path.with_name(path.name + ".tmp")
+    save_file(tensors, str(tmp), metadata={"loss_start": json.dumps(starts)})
+    tmp.rename(path)
 
 
 def load_sequences(folder: Path) -> list[TrainingSequence]:
+    """Every sequence stored in `folder`'s shards, in item order."""
     from safetensors import safe_open
 
     sequences = {}
-    for shard in sorted(folder.glob("shard-*.safetensors")):
+    for shard in sorted(folder.glob("*.safetensors")):
         with safe_open(str(shard), "pt") as f:
             starts = json.loads(f.metadata()["loss_start"])
         tensors = load_file(str(shard))
@@ -123,17 +123,30 @@ def build_sequences(
     items: list[tuple[list[int], int]],
     layer_ids: list[int],
     max_length: int,
+    folder: Path,
     target_labels: bool = False,
+    shard_size: int = 16,
 ) -> list[TrainingSequence]:
-    """Features (and, with `target_labels`, target argmax labels) for (ids, loss_start) items, cut to max_length."""
-    out = []
-    for ids, start in tqdm(items, desc="target features", unit="seq"):
-        ids = ids[:max_length]
-        if len(ids) - max(start, 1) < 2:
-            continue
-        features, best = target_features_and_argmax(target, ids, layer_ids, argmax=target_labels)
-        out.append(TrainingSequence(torch.tensor(ids), features, start, best))
-    return out
+    """Features (and, with `target_labels`, target argmax labels) for (ids, loss_start) items, cut to max_length.
+
+    Written to `folder` a shard of `shard_size` items at a time; shards already there are kept, so an interrupted
+    run continues where it stopped.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    bar = tqdm(total=len(items), desc="target features", unit="seq")
+    for first in range(0, len(items), shard_size):
+        path = folder / f"items-{first // shard_size:05d}.safetensors"
+        if not path.exists():
+            part = {}
+            for i in range(first, min(first + shard_size, len(items))):
+                ids, start = items[i][0][:max_length], items[i][1]
+                if len(ids) - max(start, 1) >= 2:
+                    features, best = target_features_and_argmax(target, ids, layer_ids, argmax=target_labels)
+                    part[i] = TrainingSequence(torch.tensor(ids), features, start, best)
+            save_shard(part, path)
+        bar.update(min(shard_size, len(items) - first))
+    bar.close()
+    return load_sequences(folder)
 
 
 __all__ = [
@@ -143,7 +156,7 @@ __all__ = [
     "encode_text",
     "generate_continuations",
     "load_sequences",
-    "save_sequences",
+    "save_shard",
     "target_features",
     "target_features_and_argmax",
 ]

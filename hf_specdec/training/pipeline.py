@@ -18,7 +18,6 @@ from .data import (
     encode_text,
     generate_continuations,
     load_sequences,
-    save_sequences,
 )
 from .trainer import DrafterTrainer
 
@@ -72,7 +71,7 @@ def _read_items(config: DrafterTrainingConfig, tokenizer) -> tuple[list[list[int
 
 
 def prepare_sequences(config: DrafterTrainingConfig, target, tokenizer, layer_ids: list[int]) -> list[TrainingSequence]:
-    """Target continuations + features, computed once into output_dir/data and reused afterwards."""
+    """Target continuations + features, computed once into output_dir/data (resumable) and reused afterwards."""
     folder = Path(config.output_dir) / "data"
     key = {
         "target": config.target,
@@ -82,21 +81,31 @@ def prepare_sequences(config: DrafterTrainingConfig, target, tokenizer, layer_id
         "num_prompts": config.num_prompts,
         "max_new_tokens": config.max_new_tokens,
         "max_length": config.max_length,
+        "continue_prompts": config.continue_prompts,
+        "label_source": config.label_source,
     }
-    index = folder / "index.json"
-    if index.exists():
+    folder.mkdir(parents=True, exist_ok=True)
+    key_file, index = folder / "key.json", folder / "index.json"
+    saved = json.loads(key_file.read_text()) if key_file.exists() else None
+    if index.exists() and saved is None:
         saved = json.loads(index.read_text()).get("key")
-        if saved != key:
-            raise ValueError(f"{folder} holds data made with other settings ({saved}); use another output_dir")
+    if saved is not None and saved != key:
+        raise ValueError(f"{folder} holds data made with other settings ({saved}); use another output_dir")
+    key_file.write_text(json.dumps(key))
+    if index.exists():
         return load_sequences(folder)
-    prompts, items = _read_items(config, tokenizer)
-    if prompts:
-        pad = tokenizer.pad_token_id if tokenizer is not None and tokenizer.pad_token_id is not None else 0
-        items += generate_continuations(target, prompts, config.max_new_tokens, config.generation_batch_size, pad)
+    items_file = folder / "items.json"
+    if items_file.exists():
+        items = [tuple(x) for x in json.loads(items_file.read_text())]
+    else:
+        prompts, items = _read_items(config, tokenizer)
+        if prompts:
+            pad = tokenizer.pad_token_id if tokenizer is not None and tokenizer.pad_token_id is not None else 0
+            items += generate_continuations(target, prompts, config.max_new_tokens, config.generation_batch_size, pad)
+        items_file.write_text(json.dumps(items))
     sequences = build_sequences(
-        target, items, layer_ids, config.max_length, target_labels=config.label_source == "target_argmax"
+        target, items, layer_ids, config.max_length, folder, target_labels=config.label_source == "target_argmax"
     )
-    save_sequences(sequences, folder)
     index.write_text(json.dumps({"sequences": len(sequences), "key": key}))
     return sequences
 
