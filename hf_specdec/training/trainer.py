@@ -52,6 +52,8 @@ class DrafterTrainer:
             )
         self.device = next(drafter.parameters()).device
         self.gamma = config.gamma or default_gamma(drafter.config.block_size)
+        # bf16 targets: run the drafter's matmuls in bf16 too (float32 master weights and optimizer state)
+        self.autocast = self.head_weight.dtype == torch.bfloat16
         params = [p for p in drafter.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
             params, lr=config.learning_rate, betas=(0.9, 0.95), weight_decay=config.weight_decay
@@ -99,9 +101,10 @@ class DrafterTrainer:
         self.optimizer.zero_grad(set_to_none=True)
         total = 0.0
         for i in picks:
-            loss, labelled = self.sequence_loss(self.sequences[i], generator)
+            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
+                loss, labelled = self.sequence_loss(self.sequences[i], generator)
             (loss / len(picks)).backward()
-            total += float(loss) / len(picks)
+            total += float(loss.detach()) / len(picks)
             self.state["supervised_tokens"] += labelled
         torch.nn.utils.clip_grad_norm_(self.drafter.parameters(), self.config.max_grad_norm)
         self.optimizer.step()
