@@ -3,10 +3,8 @@
 # CPU only, offline: the target comes from PyPI-packaged GGUF files (scripts/offline_models.py), not the Hub.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ -x .venv/bin/python ] || "${PYTHON:-python3}" -m venv .venv
-# shellcheck disable=SC1091
-. .venv/bin/activate
-pip install -q torch==2.13.0  # the local CPU wheel; an unpinned torch would pull a multi-GB CUDA build
+# shellcheck source=venv.sh
+. scripts/venv.sh
 pip install -q -e ".[offline-models]"
 export HF_HUB_OFFLINE=1
 name="${HF_SPECDEC_TARGET:-qwen2.5-coder-1.5b}"

