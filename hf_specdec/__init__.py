@@ -18,6 +18,7 @@ from .decoding import transformers_seam
 from .decoding.candidate_generator import BlockDraftCandidateGenerator
 from .decoding.lm_head_strides import fix_lm_head_strides
 from .decoding.registry import register_drafter_kind
+from .decoding.settings import DecodingSettings
 from .decoding.stats import AcceptanceStats
 from .drafting.configuration_block_drafter import BlockDrafterConfig, build_target_layer_ids
 from .drafting.modeling_block_drafter import BlockDrafter
@@ -34,6 +35,7 @@ __all__ = [
     "BlockDraftCandidateGenerator",
     "BlockDrafter",
     "BlockDrafterConfig",
+    "DecodingSettings",
     "build_target_layer_ids",
     "fix_lm_head_strides",
     "register_drafter_kind",

@@ -19,10 +19,10 @@ VOCAB = 256
 MASK_ID = VOCAB - 1
 
 
-def tiny_target(arch: str = "llama", seed: int = 0, layers: int = 4, attn: str = "sdpa"):
+def tiny_target(arch: str = "llama", seed: int = 0, layers: int = 4, attn: str = "sdpa", vocab: int = VOCAB):
     torch.manual_seed(seed)
     common = dict(
-        vocab_size=VOCAB,
+        vocab_size=vocab,
         hidden_size=64,
         intermediate_size=128,
         num_hidden_layers=layers,
@@ -44,22 +44,29 @@ def tiny_target(arch: str = "llama", seed: int = 0, layers: int = 4, attn: str =
 
 
 class OracleCandidateGenerator(BlockDraftCandidateGenerator):
-    def propose(self, input_ids, k):
+    """Scores peak on the reference continuation; at `corrupt_at` the reference ranks `reference_rank` (0 = top)."""
+
+    def draft_logits(self, input_ids, k):
         self.draft_hidden(input_ids)  # the real drafter pass still runs (consumes the target features)
         ref = self.drafter.reference
         T = input_ids.shape[1]
-        drafts = ref[:, T : T + k].clone()
-        if drafts.shape[1] < k:  # past the reference's end: any token
-            drafts = torch.cat([drafts, torch.full((1, k - drafts.shape[1]), 3, dtype=torch.long)], dim=-1)
-        j = self.drafter.corrupt_at
+        drafts = ref[0, T : T + k].tolist()
+        drafts += [3] * (k - len(drafts))  # past the reference's end: any token
+        logits = torch.zeros(k, self.vocab_size)
+        for d, token in enumerate(drafts):
+            logits[d, token] = 8.0
+        j, rank = self.drafter.corrupt_at, self.drafter.reference_rank
         if j is not None and j < k:
-            drafts[0, j] = (drafts[0, j] + 1) % VOCAB
-        return drafts, None
+            for i in range(rank):  # `rank` wrong tokens score above the reference
+                logits[j, (drafts[j] + 1 + i) % self.vocab_size] = 8.0 - 0.1 * i
+            logits[j, drafts[j]] = 8.0 - 0.1 * rank
+        return logits
 
 
 class OracleDrafter(BlockDrafter):
     reference: torch.Tensor
     corrupt_at: int | None = None
+    reference_rank: int = 1
 
 
 hf_specdec.register_drafter_kind(OracleDrafter, OracleCandidateGenerator)

@@ -22,6 +22,8 @@ from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengt
 
 from ..drafting.modeling_block_drafter import BlockDrafter, DraftContextCache
 from ..drafting.target_features import hidden_state_indices, tapped_features
+from ..sampling.processed import history_free, probabilities, process_rows
+from ..verification.tree import DraftTree, best_first_tree
 from .lm_head_strides import fix_lm_head_strides
 from .stats import AcceptanceStats
 
@@ -123,6 +125,10 @@ class BlockDraftCandidateGenerator(CandidateGenerator):
         new = tapped_features(model_outputs.hidden_states, self.layer_ids, rows)  # (1, rows, L*H)
         self.pending = new if self.pending is None else torch.cat([self.pending, new], dim=1)
 
+    def queue_features(self, features: torch.Tensor) -> None:
+        """Queue (1, C, L*H) tapped target features of newly committed tokens (hf_specdec's own loop)."""
+        self.pending = features if self.pending is None else torch.cat([self.pending, features], dim=1)
+
     def draft_hidden(self, input_ids: torch.LongTensor) -> torch.Tensor:
         """One drafter pass; returns (1, K, H) hidden states of `[anchor, MASK x (K-1)]`."""
         device = self.drafter.device
@@ -166,6 +172,47 @@ class BlockDraftCandidateGenerator(CandidateGenerator):
             row = self.logits_processor(ids, logits[j : j + 1].float().to(input_ids.device))  # (1, V)
             ids = torch.cat([ids, row.argmax(dim=-1, keepdim=True)], dim=-1)
         return ids[:, input_ids.shape[1] :], None
+
+    # Proposals for hf_specdec's own loop (trees, exact-q sampling). Subclasses override these to change the draft.
+
+    def greedy_tree(self, input_ids: torch.LongTensor, k: int, budget: int, topk: int) -> DraftTree:
+        """Deterministic drafts: the argmax chain (budget 0) or a best-first tree of `budget` nodes (DDTree)."""
+        logits = self.draft_logits(input_ids, k).float()  # (k, Vd)
+        width = min(topk if budget else 1, logits.shape[-1])
+        logq, ids = logits.log_softmax(dim=-1).topk(width, dim=-1)  # (k, width) each
+        if self.draft_vocab is not None:
+            ids = self.draft_vocab[ids]
+        return best_first_tree(logq.tolist(), ids.tolist(), budget or k)
+
+    def sampled_tree(
+        self, input_ids: torch.LongTensor, k: int, branches: int, logits_processor: LogitsProcessorList | None
+    ) -> DraftTree:
+        """Drafts sampled from q_d = softmax(processed drafter scores at depth d): `branches` i.i.d. draws per depth.
+
+        The first draw at each depth continues the chain; the others are leaves beside it. The tree carries the
+        exact q every node was drawn from, for speculative sampling.
+        """
+        scores = self.full_vocab_logits(self.draft_logits(input_ids, k)).float().to(input_ids.device)  # (k, V)
+        if history_free(logits_processor):
+            q = probabilities(process_rows(logits_processor, scores, lambda r: input_ids))  # (k, V)
+            draws = torch.multinomial(q, branches, replacement=True)  # (k, branches)
+        else:  # processors read the history: q_d depends on the chain drawn before depth d
+            ids, rows, picks = input_ids, [], []
+            for d in range(k):
+                q_d = probabilities(logits_processor(ids, scores[d : d + 1]))  # (1, V)
+                pick = torch.multinomial(q_d, branches, replacement=True)  # (1, branches)
+                ids = torch.cat([ids, pick[:, :1]], dim=-1)
+                rows.append(q_d)
+                picks.append(pick)
+            q, draws = torch.cat(rows), torch.cat(picks)
+        tree = DraftTree(q=q)
+        trunk = -1
+        for d, row in enumerate(draws.tolist()):
+            first = tree.add(row[0], trunk, q_row=d)
+            for token in row[1:]:
+                tree.add(token, trunk, q_row=d)
+            trunk = first
+        return tree
 
 
 __all__ = ["BlockDraftCandidateGenerator"]

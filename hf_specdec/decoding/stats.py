@@ -12,7 +12,8 @@ class AcceptanceStats:
     After `target.generate(..., assistant_model=drafter)`, read `drafter.last_acceptance_stats`.
 
     Attributes:
-        block_size: the drafter's block size (anchor included), so histogram bins run 0 .. block_size - 1.
+        block_size: the drafter's block size (anchor included), so histogram bins run 0 .. block_size - 1 (more
+            when a prompt-lookup branch is accepted past the block).
         accepted: draft tokens accepted at each verification forward (the bonus token not counted).
         drafted: draft tokens proposed at each verification forward.
         prefill_forwards: target forwards that only processed the prompt (they commit one token each).
@@ -55,7 +56,7 @@ class AcceptanceStats:
     @property
     def histogram(self) -> list[int]:
         """histogram[a] = verification forwards that accepted exactly `a` draft tokens."""
-        counts = [0] * self.block_size
+        counts = [0] * max(self.block_size, max(self.accepted, default=0) + 1)  # trees can accept deeper
         for a in self.accepted:
             counts[a] += 1
         return counts

@@ -7,8 +7,10 @@ model:
 
 * `_validate_generation_mode`: when `assistant_model` is an hf_specdec drafter, refuse settings it cannot honour;
 * `_get_candidate_generator`: when `assistant_model` is an hf_specdec drafter, return its registered generator;
-* `_assisted_decoding`: only to hand that generator the call's stopping criteria (the stock loop truncates
-  accepted tokens at EOS and max_length but not at other criteria, so the generator caps its drafts instead).
+* `_assisted_decoding`: when the drafter's `DecodingSettings` ask for a tree, prompt-lookup branches or
+  exact-q sampling, run hf_specdec's own loop (`speculative_loop.py`) instead; otherwise hand the generator the
+  call's stopping criteria (the stock loop truncates accepted tokens at EOS and max_length but not at other
+  criteria, so the generator caps its drafts instead) and run the stock loop.
 
 Every other call goes to the original method unchanged. `check_seam()` verifies the signatures this relies on;
 `tests/test_transformers_seam.py` runs it so a transformers upgrade that moves them fails loudly.
@@ -23,6 +25,7 @@ import inspect
 from transformers.generation.utils import GenerationMixin
 
 from .registry import generator_class_for
+from .speculative_loop import speculative_generate
 from .validation import validate_generation_settings, validate_inputs
 
 _EXPECTED = {
@@ -37,6 +40,7 @@ _EXPECTED = {
     "_assisted_decoding": ("input_ids", "logits_processor", "stopping_criteria", "generation_config"),
 }
 _stopping_criteria: contextvars.ContextVar = contextvars.ContextVar("hf_specdec_stopping_criteria", default=None)
+_STOCK_ONLY = ("assistant_model", "assistant_tokenizer", "tokenizer", "synced_gpus", "inputs_tensor")
 _original = {name: getattr(GenerationMixin, name) for name in _EXPECTED}
 
 
@@ -85,6 +89,14 @@ def _get_candidate_generator(
 
 @functools.wraps(_original["_assisted_decoding"])  # generate() inspects its signature
 def _assisted_decoding(self, input_ids, logits_processor, stopping_criteria, generation_config, *args, **kwargs):
+    drafter = kwargs.get("assistant_model")
+    settings = getattr(drafter, "decoding", None) if generator_class_for(drafter) is not None else None
+    if not args and settings is not None and settings.needs_own_loop(bool(generation_config.do_sample)):
+        validate_inputs(drafter, input_ids, kwargs.get("cache", kwargs.get("past_key_values")))
+        own = {k: v for k, v in kwargs.items() if k not in _STOCK_ONLY}
+        return speculative_generate(
+            self, drafter, input_ids, logits_processor, stopping_criteria, generation_config, **own
+        )
     token = _stopping_criteria.set(stopping_criteria)
     try:
         return _original["_assisted_decoding"](

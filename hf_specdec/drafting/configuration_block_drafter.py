@@ -47,6 +47,8 @@ class BlockDrafterConfig(PreTrainedConfig):
         draft_vocab_size: when set, the drafter scores only this many token ids (EAGLE-3's reduced draft vocabulary,
             stored as the `draft_vocab` buffer) with the matching rows of the target's LM head. Lossless: the target
             still verifies over its full vocabulary; it cuts the drafter's largest cost.
+        decoding: decode-time settings saved with the drafter (`hf_specdec.DecodingSettings` as a dict): chain or
+            tree, sampled-draft mode, prompt-lookup branches. Read and set them as `drafter.decoding`.
     """
 
     model_type = "hf_specdec_block_drafter"
@@ -77,6 +79,7 @@ class BlockDrafterConfig(PreTrainedConfig):
     vocab_size: int | None = None
     draft_vocab_size: int | None = None
     tie_word_embeddings: bool = False
+    decoding: dict | None = None
 
     def __post_init__(self, **kwargs):
         if self.num_key_value_heads is None:

@@ -31,6 +31,7 @@ from transformers.models.qwen3.modeling_qwen3 import (
     rotate_half,
 )
 
+from ..decoding.settings import DecodingSettings
 from .configuration_block_drafter import BlockDrafterConfig
 
 
@@ -163,6 +164,17 @@ class BlockDrafter(BlockDrafterPreTrainedModel):
         vocab = None if config.draft_vocab_size is None else torch.arange(config.draft_vocab_size)  # (Vd,)
         self.register_buffer("draft_vocab", vocab, persistent=True)  # filled from the checkpoint
         self.post_init()
+
+    @property
+    def decoding(self) -> DecodingSettings:
+        """Decode-time settings (chain or tree, sampled drafts, prompt lookup); saved in the config."""
+        return DecodingSettings.from_dict(self.config.decoding)
+
+    @decoding.setter
+    def decoding(self, settings: DecodingSettings | dict) -> None:
+        if not isinstance(settings, DecodingSettings):
+            settings = DecodingSettings.from_dict(settings)
+        self.config.decoding = settings.to_dict()
 
     def set_draft_vocab(self, token_ids: torch.LongTensor) -> None:
         """Score only `token_ids` (e.g. the most frequent target tokens); sets `config.draft_vocab_size`."""

@@ -1,0 +1,72 @@
+"""Decode-time knobs of a drafter: chain or tree, how sampled drafts are made, prompt-lookup branches.
+
+They live on the drafter (`drafter.decoding`, saved in its config as `decoding`), so users keep calling
+`target.generate(..., assistant_model=drafter)` unchanged:
+
+    drafter.decoding = DecodingSettings(tree_budget=24, prompt_lookup_tokens=8)
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+_DRAFT_MODES = ("exact", "argmax")
+
+
+@dataclass
+class DecodingSettings:
+    """How a drafter proposes tokens inside `generate()`.
+
+    Args:
+        tree_budget: draft nodes verified per target forward. 0 = one chain of `block_size - 1` drafts; N > 0 =
+            a greedy token tree of N nodes built best-first (DDTree) from the drafter's top-`tree_topk` per position.
+        tree_topk: candidates per block position a greedy tree may branch into.
+        sampled_drafts: with do_sample=True, "exact" samples drafts from the drafter's processed distribution q
+            and verifies them with speculative sampling using that q; "argmax" drafts the argmax (q one-hot) and
+            keeps target samples that match (transformers' stock loop).
+        sample_branches: with "exact" sampling, i.i.d. draws from q per depth; the first continues the chain, the
+            others are side leaves tried after it (multi-draft speculative sampling). 1 = a chain.
+        prompt_lookup_tokens: length of an extra branch copied from the prompt or output after the longest
+            matching suffix n-gram (prompt lookup decoding); 0 = off.
+        prompt_lookup_ngram: longest suffix n-gram looked up.
+    """
+
+    tree_budget: int = 0
+    tree_topk: int = 4
+    sampled_drafts: str = "exact"
+    sample_branches: int = 1
+    prompt_lookup_tokens: int = 0
+    prompt_lookup_ngram: int = 3
+
+    def __post_init__(self) -> None:
+        if self.tree_budget < 0:
+            raise ValueError(f"tree_budget must be >= 0 (0 = chain), got {self.tree_budget}")
+        if self.tree_topk < 1:
+            raise ValueError(f"tree_topk must be >= 1, got {self.tree_topk}")
+        if self.sampled_drafts not in _DRAFT_MODES:
+            raise ValueError(f"sampled_drafts must be one of {_DRAFT_MODES}, got {self.sampled_drafts!r}")
+        if self.sample_branches < 1:
+            raise ValueError(f"sample_branches must be >= 1, got {self.sample_branches}")
+        if self.prompt_lookup_tokens < 0 or self.prompt_lookup_ngram < 1:
+            raise ValueError(
+                "prompt_lookup_tokens must be >= 0 and prompt_lookup_ngram >= 1, got "
+                f"{self.prompt_lookup_tokens} and {self.prompt_lookup_ngram}"
+            )
+
+    @classmethod
+    def from_dict(cls, values: dict | None) -> DecodingSettings:
+        values = dict(values or {})
+        unknown = set(values) - {f.name for f in fields(cls)}
+        if unknown:
+            raise ValueError(f"unknown decoding settings {sorted(unknown)}; known: {[f.name for f in fields(cls)]}")
+        return cls(**values)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def needs_own_loop(self, do_sample: bool) -> bool:
+        """Trees, lookup branches and exact-q sampling run in hf_specdec's loop; argmax chains in transformers'."""
+        return self.tree_budget > 0 or self.prompt_lookup_tokens > 0 or (do_sample and self.sampled_drafts == "exact")
+
+
+__all__ = ["DecodingSettings"]

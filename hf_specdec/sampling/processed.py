@@ -1,0 +1,60 @@
+"""Logits -> the distributions generate() samples from, for many rows at once.
+
+Plain sampling applies the call's logits processors (temperature, top-k, top-p, repetition penalty, ...) to
+each next-token row given the tokens before it. Speculative decoding must use exactly the same processed p for
+every verified row, and the same processing for the drafter's q, or it is not lossless. Warpers that ignore the
+token history are applied to all rows in one call; any other processor gets each row with its own history.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from transformers import LogitsProcessorList
+from transformers.generation.logits_process import (
+    EpsilonLogitsWarper,
+    EtaLogitsWarper,
+    MinPLogitsWarper,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+    TypicalLogitsWarper,
+)
+
+_HISTORY_FREE = (
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+    MinPLogitsWarper,
+    TypicalLogitsWarper,
+    EpsilonLogitsWarper,
+    EtaLogitsWarper,
+)
+
+
+def history_free(logits_processor: LogitsProcessorList | None) -> bool:
+    """True when no processor reads the token history (each row can be processed without its context)."""
+    return all(isinstance(proc, _HISTORY_FREE) for proc in logits_processor or ())
+
+
+def process_rows(
+    logits_processor: LogitsProcessorList | None,
+    logits: torch.Tensor,
+    context_of: Callable[[int], torch.LongTensor],
+) -> torch.Tensor:
+    """(N, V) processed float32 scores; row r is processed given `context_of(r)` (1, T_r), the tokens before it."""
+    logits = logits.float()
+    if not logits_processor:
+        return logits
+    if history_free(logits_processor):
+        return logits_processor(context_of(0), logits)
+    return torch.cat([logits_processor(context_of(r), logits[r : r + 1]) for r in range(logits.shape[0])])
+
+
+def probabilities(scores: torch.Tensor) -> torch.Tensor:
+    """softmax in float32 (-inf scores, e.g. outside top-k, get probability 0)."""
+    return torch.softmax(scores.float(), dim=-1)
+
+
+__all__ = ["history_free", "probabilities", "process_rows"]

@@ -1,0 +1,148 @@
+"""Draft token trees, and the mask and positions that verify every node in one target forward.
+
+A tree hangs off the root, the anchor (the last committed token, not yet seen by the target). Node i holds a
+draft token and its parent (-1 = root). The target runs once over `[root, node_0 .. node_{N-1}]`: row 0 is the
+root, row i + 1 is node i. Each row attends to the committed prefix, its ancestors and itself (SpecInfer,
+Miao et al. 2024; Medusa, Cai et al. 2024), at position `prefix_len + depth`.
+
+Greedy trees are built best-first under a node budget from the drafter's per-position top-k (DDTree,
+Ringel & Romano 2026): since a block drafter scores every position independently, a path's score is the sum of
+its per-position log-probabilities, and best-first expansion yields the `budget` highest-scoring prefixes.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class DraftTree:
+    """Draft nodes in the order the target sees them (parents before children).
+
+    Attributes:
+        tokens: token id of each node.
+        parents: parent node of each node; -1 for children of the root.
+        q_of: for sampled nodes, the row of `q` the node was drawn from; -1 for deterministic nodes (argmax or
+            prompt lookup), whose proposal distribution is one-hot on the token.
+        q: (G, V) float32 probabilities the sampled nodes were drawn from, or None.
+    """
+
+    tokens: list[int] = field(default_factory=list)
+    parents: list[int] = field(default_factory=list)
+    q_of: list[int] = field(default_factory=list)
+    q: torch.Tensor | None = None
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def add(self, token: int, parent: int, q_row: int = -1) -> int:
+        self.tokens.append(int(token))
+        self.parents.append(int(parent))
+        self.q_of.append(int(q_row))
+        return len(self.tokens) - 1
+
+    def children(self) -> list[list[int]]:
+        """children[r] for each row r (0 = root, i + 1 = node i), listed as node indices in insertion order."""
+        kids: list[list[int]] = [[] for _ in range(len(self) + 1)]
+        for i, p in enumerate(self.parents):
+            kids[p + 1].append(i)
+        return kids
+
+    def depths(self) -> list[int]:
+        """Depth of each node (children of the root have depth 1)."""
+        depth: list[int] = []
+        for p in self.parents:
+            depth.append(1 if p < 0 else depth[p] + 1)
+        return depth
+
+    def is_chain(self) -> bool:
+        return all(p == i - 1 for i, p in enumerate(self.parents))
+
+    def path_to(self, node: int) -> list[int]:
+        """Nodes from the root's child down to `node` (inclusive)."""
+        path = []
+        while node >= 0:
+            path.append(node)
+            node = self.parents[node]
+        return path[::-1]
+
+    def add_chain(self, tokens: list[int], merge: bool) -> None:
+        """Hang a chain of deterministic tokens off the root; with `merge`, share nodes already in the tree (a trie).
+
+        Merging is right for greedy verification (siblings with equal tokens are redundant). Sampling keeps the
+        chain separate: each child is tried with its own proposal distribution.
+        """
+        parent = -1
+        kids = self.children() if merge else None
+        for token in tokens:
+            existing = None
+            if merge:
+                existing = next((c for c in kids[parent + 1] if self.tokens[c] == token), None)
+            if existing is None:
+                existing = self.add(token, parent)
+                if merge:
+                    kids.append([])
+                    kids[parent + 1].append(existing)
+            parent = existing
+
+
+def best_first_tree(top_logq: list[list[float]], top_ids: list[list[int]], budget: int) -> DraftTree:
+    """DDTree best-first construction: the `budget` highest-scoring prefixes of the per-depth candidates.
+
+    Args:
+        top_logq: top_logq[d][r] = log q_d of the rank-r candidate at depth d + 1, sorted descending per depth.
+        top_ids: the matching token ids.
+        budget: number of draft nodes.
+    A node's score is the sum of its path's log-probabilities, so a child never outscores its parent and a
+    sibling of lower rank never outscores a higher one: popping a max-heap that holds each popped node's first
+    child and next sibling yields prefixes in score order, parents first.
+    """
+    tree = DraftTree()
+    depth_count, width = len(top_ids), len(top_ids[0]) if top_ids else 0
+    if budget <= 0 or depth_count == 0 or width == 0:
+        return tree
+    # heap entries: (-score, tie-break counter, parent node, depth index, rank, parent score)
+    heap = [(-top_logq[0][0], 0, -1, 0, 0, 0.0)]
+    counter = 1
+    while heap and len(tree) < budget:
+        neg, _, parent, d, r, parent_score = heapq.heappop(heap)
+        node = tree.add(top_ids[d][r], parent)
+        if r + 1 < width:  # next sibling
+            heapq.heappush(heap, (-(parent_score + top_logq[d][r + 1]), counter, parent, d, r + 1, parent_score))
+            counter += 1
+        if d + 1 < depth_count:  # first child
+            heapq.heappush(heap, (-(-neg + top_logq[d + 1][0]), counter, node, d + 1, 0, -neg))
+            counter += 1
+    return tree
+
+
+def tree_attention_mask(
+    tree: DraftTree, prefix_len: int, dtype: torch.dtype, device: torch.device, boolean: bool
+) -> torch.Tensor:
+    """(1, 1, N + 1, prefix_len + N + 1) mask for `[root, nodes]` after `prefix_len` cached tokens.
+
+    `boolean=True` gives True = attend (SDPA); otherwise an additive float mask (0 keep, dtype min block), which
+    eager attention needs (a bool mask there is silently wrong).
+    """
+    n = len(tree) + 1
+    allowed = torch.zeros(n, n, dtype=torch.bool)  # (N + 1, N + 1) row attends to column
+    allowed[0, 0] = True
+    for i, p in enumerate(tree.parents):
+        allowed[i + 1] = allowed[p + 1]
+        allowed[i + 1, i + 1] = True
+    allowed = torch.cat([torch.ones(n, prefix_len, dtype=torch.bool), allowed], dim=1)[None, None].to(device)
+    if boolean:
+        return allowed
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=device)
+    return mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+
+
+def tree_position_ids(tree: DraftTree, root_position: int, device: torch.device) -> torch.Tensor:
+    """(1, N + 1) positions: the root at `root_position`, each node at root_position + depth."""
+    return torch.tensor([[root_position] + [root_position + d for d in tree.depths()]], device=device)
+
+
+__all__ = ["DraftTree", "best_first_tree", "tree_attention_mask", "tree_position_ids"]

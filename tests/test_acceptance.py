@@ -1,0 +1,114 @@
+"""The acceptance rules as mathematics: residuals, and the distribution of what a tree walk emits.
+
+Distribution tests draw thousands of trees with known p and q (V = 6) and check the emitted token against p
+with `bounds.assert_distribution` (false-failure probability 1e-6 per assertion). A deliberately wrong rule
+(rejections that forget to subtract q) is run through the same check to show that it has the power to fail.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from bounds import assert_distribution, distribution_excess
+
+from hf_specdec.verification.acceptance import (
+    greedy_walk,
+    one_hot_residual,
+    residual_distribution,
+    speculative_walk,
+)
+from hf_specdec.verification.tree import DraftTree
+
+V = 6
+DRAWS = 6000
+
+
+def _dist(seed, sharp=1.5):
+    return torch.softmax(torch.randn(V, generator=torch.Generator().manual_seed(seed)) * sharp, dim=-1)
+
+
+P_ROOT, Q_ROOT, P_CHILD = _dist(1), _dist(2), _dist(3)
+
+
+def test_residual_is_normalised_positive_part():
+    p, q = torch.tensor([0.5, 0.3, 0.2]), torch.tensor([0.2, 0.5, 0.3])
+    torch.testing.assert_close(residual_distribution(p, q), torch.tensor([1.0, 0.0, 0.0]))
+    torch.testing.assert_close(one_hot_residual(p, 0), torch.tensor([0.0, 0.6, 0.4]))
+
+
+def test_residual_zero_mass_guard_returns_p_not_nan():
+    p = torch.tensor([0.25, 0.25, 0.5])
+    out = residual_distribution(p, p.clone())
+    assert torch.isfinite(out).all() and torch.equal(out, p)
+    bf16 = residual_distribution(p.bfloat16(), (p + 1e-3).bfloat16())  # rounding leaves no positive mass
+    assert bf16.dtype == torch.float32 and torch.isfinite(bf16).all()
+
+
+def test_greedy_walk_follows_the_argmax():
+    tree = DraftTree()
+    a = tree.add(4, -1)
+    tree.add(2, -1)
+    tree.add(5, a)
+    assert greedy_walk(tree, [4, 0, 1, 3]) == ([0], 0)  # root argmax 4 -> node 0; its argmax 0 has no child
+    assert greedy_walk(tree, [2, 0, 3, 3]) == ([1], 3)
+    assert greedy_walk(tree, [4, 5, 1, 3]) == ([0, 2], 3)
+    assert greedy_walk(tree, [1, 5, 1, 3]) == ([], 1)
+
+
+def _tree(kind, g):
+    """A depth-2 tree under the root: children drawn from Q_ROOT (and/or deterministic), a child under the first."""
+    tree = DraftTree(q=torch.stack([Q_ROOT, _dist(4)]))
+    if kind in ("chain", "siblings", "siblings+lookup"):
+        n = 1 if kind == "chain" else 3
+        for x in torch.multinomial(Q_ROOT, n, replacement=True, generator=g).tolist():
+            tree.add(x, -1, q_row=0)
+    if kind in ("siblings+lookup", "deterministic"):
+        for x in ([1] if kind == "siblings+lookup" else [2, 0, 5]):
+            tree.add(x, -1)
+    tree.add(int(torch.multinomial(tree.q[1], 1, generator=g)), 0, q_row=1)
+    return tree
+
+
+def _first_tokens(walk, kind, seed):
+    """Emitted tokens: the first after the root, and the second when the walk went through node 0."""
+    g = torch.Generator().manual_seed(seed)
+    first, second = torch.zeros(V), torch.zeros(V)
+    for _ in range(DRAWS):
+        tree = _tree(kind, g)
+        p_rows = torch.stack([P_ROOT] + [P_CHILD] * len(tree))
+        path, bonus = walk(tree, p_rows, g)
+        emitted = [tree.tokens[c] for c in path] + [bonus]
+        first[emitted[0]] += 1
+        if path[:1] == [0]:
+            second[emitted[1]] += 1
+    return first, second
+
+
+@pytest.mark.parametrize("kind", ["chain", "siblings", "siblings+lookup", "deterministic"])
+def test_speculative_walk_emits_exactly_p(kind):
+    first, second = _first_tokens(speculative_walk, kind, seed=len(kind))
+    assert_distribution(first, P_ROOT)
+    assert_distribution(second, P_CHILD)  # after descending into node 0, the next token is p at node 0
+
+
+def _forgetful_walk(tree, p_rows, g):
+    """Negative control: a rejected child's q is not subtracted (samples from p after any rejection)."""
+    kids, row, path = tree.children(), 0, []
+    while True:
+        p, accepted = p_rows[row], None
+        for c in kids[row]:
+            x = tree.tokens[c]
+            qx = tree.q[tree.q_of[c], x] if tree.q_of[c] >= 0 else 1.0
+            if float(torch.rand((), generator=g)) * qx < p[x]:
+                accepted = c
+                break
+        if accepted is None:
+            return path, int(torch.multinomial(p, 1, generator=g))
+        path.append(accepted)
+        row = accepted + 1
+
+
+@pytest.mark.parametrize("kind", ["chain", "siblings"])
+def test_the_same_check_rejects_a_rule_that_forgets_the_residual(kind):
+    first, _ = _first_tokens(_forgetful_walk, kind, seed=7)
+    assert distribution_excess(first, P_ROOT, 1e-6) > 1.0
