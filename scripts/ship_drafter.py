@@ -94,8 +94,7 @@ def main() -> None:
         f"- drafter: {cfg.num_hidden_layers} layer(s), block {cfg.block_size}, taps {cfg.target_layer_ids}, "
         f"draft vocabulary {cfg.draft_vocab_size}, {size / 2**20:.1f} MiB bf16\n"
         f"- loss (position-decayed CE): first 20 steps {sum(head) / len(head):.3f}, "
-        f"last 20 steps {sum(tail) / len(tail):.3f}\n"
-        + ("\n![loss](loss.png)\n" if plotted else "")
+        f"last 20 steps {sum(tail) / len(tail):.3f}\n" + ("\n![loss](loss.png)\n" if plotted else "")
     )
     print(f"wrote {out} ({size / 2**20:.1f} MiB)")
 

@@ -63,7 +63,7 @@ def _tree(kind, g):
         for x in torch.multinomial(Q_ROOT, n, replacement=True, generator=g).tolist():
             tree.add(x, -1, q_row=0)
     if kind in ("siblings+lookup", "deterministic"):
-        for x in ([1] if kind == "siblings+lookup" else [2, 0, 5]):
+        for x in [1] if kind == "siblings+lookup" else [2, 0, 5]:
             tree.add(x, -1)
     tree.add(int(torch.multinomial(tree.q[1], 1, generator=g)), 0, q_row=1)
     return tree

@@ -104,4 +104,3 @@ def test_one_tree_forward_equals_each_branch_run_alone(attn):
 )
 def test_prompt_lookup_candidates(ids, ngram, n, expected):
     assert prompt_lookup_candidates(torch.tensor([ids]), ngram, n) == expected
-

@@ -116,7 +116,7 @@ def test_streamer_scores_and_stopping_criteria_match_plain(target, prompt):
     flat = lambda chunks: [t for c in chunks for t in c]  # noqa: E731
     assert flat(spec_rec.chunks) == flat(plain_rec.chunks) and spec_rec.ended == 1
     assert len(out.scores) == len(ref.scores) == len(out.logits)
-    for a, b in zip(out.scores, ref.scores):
+    for a, b in zip(out.scores, ref.scores, strict=True):
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
 
 

@@ -15,6 +15,7 @@ Per step (T committed tokens; the last one, the anchor, is not in the target's c
 
 from __future__ import annotations
 
+import functools
 import inspect
 
 import torch
@@ -80,7 +81,8 @@ def speculative_generate(
         else:
             tree = gen.greedy_tree(input_ids, k, settings.tree_budget, settings.tree_topk)
         if settings.prompt_lookup_tokens and room > 0:
-            lookup = prompt_lookup_candidates(input_ids, settings.prompt_lookup_ngram, min(settings.prompt_lookup_tokens, room))
+            width = min(settings.prompt_lookup_tokens, room)
+            lookup = prompt_lookup_candidates(input_ids, settings.prompt_lookup_ngram, width)
             tree.add_chain(lookup, merge=not exact_q)
 
         # 3) one target forward over [anchor, nodes]
@@ -98,13 +100,7 @@ def speculative_generate(
         raw = out.logits[0].float()  # (N + 1, V)
 
         # 4) acceptance
-        def context_of(row: int) -> torch.LongTensor:  # committed tokens + the path to `row`
-            if row == 0:
-                return input_ids
-            path = torch.tensor([tree.tokens[i] for i in tree.path_to(row - 1)], device=input_ids.device)
-            return torch.cat([input_ids, path[None]], dim=-1)
-
-        processed = process_rows(logits_processor, raw, context_of)  # (N + 1, V)
+        processed = process_rows(logits_processor, raw, functools.partial(_path_context, input_ids, tree))  # (N+1, V)
         if do_sample:
             path, bonus = speculative_walk(tree, probabilities(processed))
         else:
@@ -142,6 +138,14 @@ def speculative_generate(
     )
 
 
+def _path_context(input_ids: torch.LongTensor, tree: DraftTree, row: int) -> torch.LongTensor:
+    """(1, T + depth) the tokens verified row `row` conditions on: committed tokens and the path to it."""
+    if row == 0:
+        return input_ids
+    path = torch.tensor([tree.tokens[i] for i in tree.path_to(row - 1)], device=input_ids.device)
+    return torch.cat([input_ids, path[None]], dim=-1)
+
+
 def _refuse_unsupported(target: PreTrainedModel, generation_config: GenerationConfig, model_kwargs: dict) -> None:
     if generation_config.output_attentions or generation_config.output_hidden_states:
         raise ValueError(
@@ -175,7 +179,9 @@ def _tree_inputs(target: PreTrainedModel, tree: DraftTree, root_position: int, d
 
         allowed = tree_attention_mask(tree, root_position, target.dtype, device, boolean=True)[0, 0]
         n, total = allowed.shape
-        block = create_block_mask(lambda b, h, q, kv: allowed[q, kv], B=None, H=None, Q_LEN=n, KV_LEN=total, device=device)
+        block = create_block_mask(
+            lambda b, h, q, kv: allowed[q, kv], B=None, H=None, Q_LEN=n, KV_LEN=total, device=device
+        )
         return block, positions
     raise ValueError(
         f"tree verification needs an attention implementation that takes a custom mask (sdpa, eager or "
