@@ -92,7 +92,7 @@ ALL_TASKS = "all"
 
 @dataclass
 class Settings:
-    """What every timed call shares. Greedy for now; a temperature would go into `generation_kwargs`."""
+    """What every timed call shares. temperature 0 = greedy; > 0 = pure temperature sampling (top-k/top-p off)."""
 
     dtype: str = "bfloat16"
     device: str = "cpu"
@@ -102,10 +102,16 @@ class Settings:
     assistant_tokens: int = 7
     prompt_lookup: int = 10
     identity_dtype: str | None = "float32"
-    do_sample: bool = False
+    temperature: float = 0.0
+
+    @property
+    def do_sample(self) -> bool:
+        return self.temperature > 0
 
     def generation_kwargs(self) -> dict:
-        return {"do_sample": self.do_sample}
+        if not self.do_sample:
+            return {"do_sample": False}
+        return {"do_sample": True, "temperature": self.temperature, "top_k": 0, "top_p": 1.0}
 
 
 @dataclass
@@ -177,7 +183,11 @@ def build_methods(models: Models, settings: Settings) -> list[Method]:
         kwargs = {"prompt_lookup_num_tokens": settings.prompt_lookup}
         methods.append(Method("prompt-lookup", "prompt_lookup", kwargs, settings=kwargs))
     for label, drafter in models.drafters.items():
-        knobs = {"block_size": drafter.config.block_size, "target_layer_ids": list(drafter.config.target_layer_ids)}
+        knobs = {
+            "block_size": drafter.config.block_size,
+            "target_layer_ids": list(drafter.config.target_layer_ids),
+            "decoding": drafter.decoding.to_dict(),
+        }
         methods.append(Method(label, "hf_specdec", {"assistant_model": drafter}, drafter, drafter, knobs))
     return methods
 
@@ -340,7 +350,8 @@ def timing_pass(target, methods: list[Method], cases: list[Case], settings: Sett
                 record, outputs[method.label] = measure_call(target, method, case, settings)
                 records.append({**record, "repeat": repeat})
                 bar.update(1)
-            mark_agreement(records[-len(methods) :], outputs)
+            if not settings.do_sample:  # samples differ from plain's by design
+                mark_agreement(records[-len(methods) :], outputs)
     bar.close()
     return records
 
@@ -430,7 +441,8 @@ def hook_histogram(commit_lists: list[list[int]]) -> list[int]:
 def library_summary(records: list[dict]) -> dict:
     """Summed hf_specdec acceptance stats over calls: tau, histogram, acceptance rate."""
     stats = [r["library_stats"] for r in records]
-    hist = [sum(col) for col in zip(*(s["histogram"] for s in stats), strict=True)]
+    width = max(len(s["histogram"]) for s in stats)  # lookup branches can accept past the block
+    hist = [sum(s["histogram"][a] for s in stats if a < len(s["histogram"])) for a in range(width)]
     forwards = sum(s["verify_forwards"] for s in stats)
     return {
         "tau": _ratio(sum(s["committed_tokens"] for s in stats), forwards),
@@ -461,7 +473,7 @@ def summarize(records: list[dict]) -> dict:
         ),
         "histogram_hook": hook_histogram(commit_lists),
         "peak_mem_mib": max(r["peak_mem_mib"] for r in records),
-        "agreement_rate": _mean(float(r["agrees_with_plain"]) for r in records),
+        "agreement_rate": _mean(float(r["agrees_with_plain"]) for r in records if "agrees_with_plain" in r),
     }
     if all("library_stats" in r for r in records):
         summary["library"] = library_summary(records)
@@ -739,21 +751,37 @@ class DrafterSpec:
     source: str
     block_size: int | None = None  # fresh drafters only
     seed: int = 0
+    decoding: tuple = ()  # (name, value) pairs of hf_specdec.DecodingSettings
 
     @classmethod
     def parse(cls, text: str, seed: int = 0) -> DrafterSpec:
+        text, _, options = text.partition("@")
+        decoding = tuple((k, _number(v)) for k, _, v in (o.partition("=") for o in options.split(",") if o))
+        hf_specdec.DecodingSettings.from_dict(dict(decoding))  # fail early on a bad option
         label, _, spec = text.partition("=") if "=" in text else ("", "", text)
         if spec.startswith("fresh:"):
             k = int(spec.split(":", 1)[1])
-            return cls(label or f"fresh-b{k}", "fresh", k, seed)
-        return cls(label or Path(spec.rstrip("/")).name, spec, None, seed)
+            return cls(label or f"fresh-b{k}", "fresh", k, seed, decoding)
+        return cls(label or Path(spec.rstrip("/")).name, spec, None, seed, decoding)
 
     def build(self, target, dtype: torch.dtype):
         if self.source == "fresh":
             torch.manual_seed(self.seed)  # same weights in every dtype (built in fp32, then cast)
-            return hf_specdec.BlockDrafter.for_target(target, block_size=self.block_size).eval()
-        drafter = hf_specdec.BlockDrafter.from_pretrained(self.source, dtype=dtype)
-        return drafter.to(target.device).eval()
+            drafter = hf_specdec.BlockDrafter.for_target(target, block_size=self.block_size).eval()
+        else:
+            drafter = hf_specdec.BlockDrafter.from_pretrained(self.source, dtype=dtype).to(target.device).eval()
+        drafter.decoding = dict(self.decoding)
+        return drafter
+
+
+def _number(text: str):
+    """'8' -> 8, '0.5' -> 0.5, anything else as is."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
 
 
 def resolve_model(name: str) -> str:
@@ -817,8 +845,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--drafter",
         nargs="+",
         default=["fresh:8"],
-        metavar="[LABEL=]SPEC",
-        help="saved drafter (folder / Hub id) or fresh:K; several allowed",
+        metavar="[LABEL=]SPEC[@OPTS]",
+        help="saved drafter (folder / Hub id) or fresh:K; several allowed. OPTS: DecodingSettings as "
+        "name=value,... e.g. drafters/x@tree_budget=8,prompt_lookup_tokens=10",
     )
     p.add_argument("--assistant", default="qwen2.5-coder-0.5b", help="HF assisted-generation model, or 'none'")
     p.add_argument(
@@ -838,6 +867,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--num-prompts", type=int, default=5, help="prompts per task (0: all)")
     p.add_argument("--seed", type=int, default=0, help="prompt sampling seed (also seeds fresh drafters)")
     p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument(
+        "--temperature",
+        type=float,
+        default=0.0,
+        help="0: greedy (identity checked); > 0: sampling at this temperature (top-k/top-p off, no identity pass)",
+    )
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     p.add_argument("--repeats", type=int, default=1, help="interleaved rounds over all prompts, after the warm-up")
     p.add_argument(
@@ -866,8 +901,14 @@ def settings_from_args(args: argparse.Namespace, device: torch.device) -> Settin
         repeats=args.repeats,
         assistant_tokens=args.assistant_tokens,
         prompt_lookup=args.prompt_lookup,
-        identity_dtype=None if args.check_identity_dtype == "none" else args.check_identity_dtype,
+        identity_dtype=_identity_dtype(args),
+        temperature=args.temperature,
     )
+
+
+def _identity_dtype(args: argparse.Namespace) -> str | None:
+    """The identity pass needs greedy decoding; sampled outputs differ from plain's by design."""
+    return None if args.check_identity_dtype == "none" or args.temperature > 0 else args.check_identity_dtype
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -148,6 +148,30 @@ def test_drafter_spec_parsing():
     assert benchmark.DrafterSpec.parse("fresh:8") == benchmark.DrafterSpec("fresh-b8", "fresh", 8)
     assert benchmark.DrafterSpec.parse("b16=z-lab/Qwen3-8B-DFlash-b16").label == "b16"
     assert benchmark.DrafterSpec.parse("drafters/qwen/").label == "qwen"
+    tree = benchmark.DrafterSpec.parse("t=drafters/qwen@tree_budget=8,sampled_drafts=argmax")
+    assert (tree.label, tree.source) == ("t", "drafters/qwen")
+    assert dict(tree.decoding) == {"tree_budget": 8, "sampled_drafts": "argmax"}
+    assert benchmark.DrafterSpec.parse("drafters/qwen@prompt_lookup_tokens=4").label == "qwen"
+    with pytest.raises(ValueError, match="unknown decoding settings"):
+        benchmark.DrafterSpec.parse("fresh:4@tree=3")
+
+
+def test_sampling_run_with_tree_and_lookup_drafters():
+    settings = benchmark.Settings(max_new_tokens=8, prompt_lookup=4, identity_dtype=None, temperature=1.0)
+
+    def models(dtype_name):
+        target = tiny_target("llama", seed=0).to(getattr(torch, dtype_name))
+        exact, tree = make_drafter(target, 4), make_drafter(target, 4)
+        exact.decoding = {"sample_branches": 2, "prompt_lookup_tokens": 3}
+        tree.decoding = {"sampled_drafts": "argmax", "tree_budget": 6}
+        return benchmark.Models(target, None, {"exact": exact, "tree": tree})
+
+    report = benchmark.run_benchmark(models, tiny_cases()[:2], settings)
+    rows = report["results"]["all"]
+    assert set(rows) == {"plain", "prompt-lookup", "exact", "tree"}
+    assert rows["exact"]["library"]["tau"] >= 1.0 and math.isnan(rows["plain"]["agreement_rate"])
+    methods = {m["label"]: m for m in report["methods"]}
+    assert methods["tree"]["settings"]["decoding"]["tree_budget"] == 6
 
 
 def test_prompt_sets_missing_package_names_pip(monkeypatch):

@@ -163,3 +163,12 @@ def test_decoding_settings_are_validated_and_saved(target, tmp_path):
     drafter.decoding = DecodingSettings(tree_budget=12, prompt_lookup_tokens=3)
     drafter.save_pretrained(tmp_path)
     assert BlockDrafter.from_pretrained(tmp_path).decoding == drafter.decoding
+
+
+def test_flex_attention_targets_verify_trees_with_a_block_mask(prompt):
+    target = tiny_target("llama", attn="flex_attention")
+    drafter = oracle(target, prompt, 5, 1, 20, eos_token_id=None)
+    drafter.decoding = DecodingSettings(tree_budget=8, tree_topk=2)
+    out = plain(target, prompt, max_new_tokens=20, assistant_model=drafter)
+    assert torch.equal(out, plain(target, prompt, max_new_tokens=20))
+    assert drafter.last_acceptance_stats.accepted[0] == 4  # the runner-up at position 1 was verified in the tree
