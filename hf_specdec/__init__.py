@@ -14,6 +14,7 @@ C context rows, N tree nodes, V vocab, H hidden, L tapped target layers; p is th
 
 from transformers import AutoConfig, AutoModel
 
+from .correction.generator import DCOCOCandidateGenerator
 from .decoding import transformers_seam
 from .decoding.candidate_generator import BlockDraftCandidateGenerator
 from .decoding.lm_head_strides import fix_lm_head_strides
@@ -21,13 +22,18 @@ from .decoding.registry import register_drafter_kind
 from .decoding.settings import DecodingSettings
 from .decoding.stats import AcceptanceStats
 from .drafting.configuration_block_drafter import BlockDrafterConfig, build_target_layer_ids
+from .drafting.configuration_dcoco import DCOCOConfig
 from .drafting.modeling_block_drafter import BlockDrafter
+from .drafting.modeling_dcoco import DCOCODrafter
 
 __version__ = "0.1.0"
 
 AutoConfig.register(BlockDrafterConfig.model_type, BlockDrafterConfig, exist_ok=True)
 AutoModel.register(BlockDrafterConfig, BlockDrafter, exist_ok=True)
+AutoConfig.register(DCOCOConfig.model_type, DCOCOConfig, exist_ok=True)
+AutoModel.register(DCOCOConfig, DCOCODrafter, exist_ok=True)
 register_drafter_kind(BlockDrafter, BlockDraftCandidateGenerator)
+register_drafter_kind(DCOCODrafter, DCOCOCandidateGenerator)
 transformers_seam.install()
 
 __all__ = [
@@ -35,6 +41,9 @@ __all__ = [
     "BlockDraftCandidateGenerator",
     "BlockDrafter",
     "BlockDrafterConfig",
+    "DCOCOCandidateGenerator",
+    "DCOCOConfig",
+    "DCOCODrafter",
     "DecodingSettings",
     "build_target_layer_ids",
     "fix_lm_head_strides",

@@ -13,7 +13,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
 import hf_specdec
-from hf_specdec import BlockDraftCandidateGenerator, BlockDrafter
+from hf_specdec import BlockDraftCandidateGenerator, BlockDrafter, DCOCOCandidateGenerator, DCOCODrafter
 
 VOCAB = 256
 MASK_ID = VOCAB - 1
@@ -43,11 +43,11 @@ def tiny_target(arch: str = "llama", seed: int = 0, layers: int = 4, attn: str =
     return model.eval()
 
 
-class OracleCandidateGenerator(BlockDraftCandidateGenerator):
+class OracleScores:
     """Scores peak on the reference continuation; at `corrupt_at` the reference ranks `reference_rank` (0 = top)."""
 
-    def draft_logits(self, input_ids, k):
-        self.draft_hidden(input_ids)  # the real drafter pass still runs (consumes the target features)
+    def draft_scores(self, input_ids, k):
+        hidden = self.draft_hidden(input_ids)[0, : k + 1]  # the real drafter pass runs (consumes the features)
         ref = self.drafter.reference
         T = input_ids.shape[1]
         drafts = ref[0, T : T + k].tolist()
@@ -60,7 +60,15 @@ class OracleCandidateGenerator(BlockDraftCandidateGenerator):
             for i in range(rank):  # `rank` wrong tokens score above the reference
                 logits[j, (drafts[j] + 1 + i) % self.vocab_size] = 8.0 - 0.1 * i
             logits[j, drafts[j]] = 8.0 - 0.1 * rank
-        return logits
+        return hidden, logits
+
+
+class OracleCandidateGenerator(OracleScores, BlockDraftCandidateGenerator):
+    pass
+
+
+class OracleDCOCOGenerator(OracleScores, DCOCOCandidateGenerator):
+    pass
 
 
 class OracleDrafter(BlockDrafter):
@@ -69,7 +77,14 @@ class OracleDrafter(BlockDrafter):
     reference_rank: int = 1
 
 
+class OracleDCOCODrafter(DCOCODrafter):
+    reference: torch.Tensor
+    corrupt_at: int | None = None
+    reference_rank: int = 1
+
+
 hf_specdec.register_drafter_kind(OracleDrafter, OracleCandidateGenerator)
+hf_specdec.register_drafter_kind(OracleDCOCODrafter, OracleDCOCOGenerator)
 
 
 def make_drafter(target, block_size: int, cls=BlockDrafter, seed: int = 1, **kwargs):
@@ -77,9 +92,9 @@ def make_drafter(target, block_size: int, cls=BlockDrafter, seed: int = 1, **kwa
     return cls.for_target(target, block_size=block_size, mask_token_id=MASK_ID, **kwargs).eval()
 
 
-def oracle(target, prompt, block_size, corrupt_at, max_new_tokens, **gen_kwargs):
+def oracle(target, prompt, block_size, corrupt_at, max_new_tokens, cls=None, **gen_kwargs):
     """An OracleDrafter whose reference is the target's greedy continuation (block_size tokens past the end)."""
-    drafter = make_drafter(target, block_size, cls=OracleDrafter)
+    drafter = make_drafter(target, block_size, cls=cls or OracleDrafter)
     ref_kwargs = {k: v for k, v in gen_kwargs.items() if k not in ("eos_token_id", "min_new_tokens")}
     drafter.reference = target.generate(
         prompt, max_new_tokens=max_new_tokens + block_size, do_sample=False, eos_token_id=None, **ref_kwargs

@@ -146,10 +146,15 @@ class BlockDraftCandidateGenerator(CandidateGenerator):
         self.pending = None
         return out.last_hidden_state
 
+    def draft_scores(self, input_ids: torch.LongTensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """One drafter pass: (k + 1, H) hidden states of the anchor and slots 1..k, and (k, Vd) their scores by the
+        target's LM head over the draft vocabulary (2-D input: the fast CPU path)."""
+        hidden = self.draft_hidden(input_ids)[0, : k + 1]  # (k + 1, H)
+        return hidden, F.linear(hidden[1:].to(self.head_weight.device), self.head_weight, self.head_bias)
+
     def draft_logits(self, input_ids: torch.LongTensor, k: int) -> torch.Tensor:
-        """(k, Vd) target-LM-head scores of block positions 1..k over the draft vocabulary (2-D input: fast path)."""
-        hidden = self.draft_hidden(input_ids)[0, 1 : k + 1]  # (k, H)
-        return F.linear(hidden.to(self.head_weight.device), self.head_weight, self.head_bias)
+        """(k, Vd) scores of block positions 1..k over the draft vocabulary."""
+        return self.draft_scores(input_ids, k)[1]
 
     def full_vocab_logits(self, logits: torch.Tensor) -> torch.Tensor:
         """(k, V) from (k, Vd): ids outside the draft vocabulary get -inf (the drafter never proposes them)."""

@@ -228,7 +228,7 @@ class BlockDrafter(BlockDrafterPreTrainedModel):
         """
         if mask_token_id is None:
             mask_token_id = default_mask_token_id(target)
-        config = BlockDrafterConfig.for_target(target.config, mask_token_id=mask_token_id, **config_kwargs)
+        config = cls.config_class.for_target(target.config, mask_token_id=mask_token_id, **config_kwargs)
         drafter = cls(config)
         return drafter.to(device=target.device, dtype=target.dtype)
 

@@ -22,6 +22,13 @@ class DrafterTrainingConfig:
         default_factory=lambda: ["sharegpt", "stdlib"],
         metadata={"help": "built-in prompt sources used when no data_file is given: sharegpt, stdlib"},
     )
+    data_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "folder of cached continuations + target features (default: output_dir/data); reuse "
+            "another run's data by pointing here with the same data settings"
+        },
+    )
     num_prompts: int = field(default=64, metadata={"help": "prompts to draw from the corpus"})
     continue_prompts: bool = field(
         default=True,
@@ -97,4 +104,19 @@ class DrafterTrainingConfig:
             raise ValueError(f"unknown corpus {sorted(unknown)}; choose from sharegpt, stdlib or pass data_file")
 
 
-__all__ = ["DrafterTrainingConfig"]
+@dataclass
+class CorrectorTrainingConfig(DrafterTrainingConfig):
+    """Training of a DCOCO corrector on top of a trained block drafter (`drafter` is required)."""
+
+    corrector_candidates: int = field(default=16, metadata={"help": "K: candidates kept per drafted slot"})
+    joint: bool = field(default=False, metadata={"help": "also train the backbone (default: corrector only)"})
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.drafter:
+            raise ValueError("--drafter is required: the corrector is trained on top of a trained block drafter")
+        if self.corrector_candidates < 1:
+            raise ValueError(f"corrector_candidates must be >= 1, got {self.corrector_candidates}")
+
+
+__all__ = ["CorrectorTrainingConfig", "DrafterTrainingConfig"]

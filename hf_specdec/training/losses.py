@@ -33,6 +33,25 @@ def dflash_decayed_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, gam
     return (ce * weights).sum() / weights.sum().clamp_min(1e-8)
 
 
+def dcoco_selection_loss(scores: torch.Tensor, target_index: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Teacher-forced candidate selection loss of the DCOCO corrector (methods.md section 3.3).
+
+    Args:
+        scores: (N, K) walk scores of a slot's K candidates given the true predecessor (unary + transition).
+        target_index: (N,) index of the target's token among those candidates; -100 where it is not one of them
+            (or the slot is unsupervised): such slots are skipped.
+        weights: (N,) DFlash position weights of the slots.
+    Returns:
+        scalar: sum w * CE / sum w over the kept slots (0 when none is kept).
+    """
+    keep = target_index >= 0
+    if not bool(keep.any()):
+        return scores.sum() * 0.0
+    ce = F.cross_entropy(scores[keep].float(), target_index[keep], reduction="none")
+    w = weights[keep]
+    return (ce * w).sum() / w.sum()
+
+
 def default_gamma(block_size: int) -> float:
     """DFlash's suggested decay: about half the block (7 for 16, 5 for 10, 4 for 8)."""
     return float(max(1, math.ceil((block_size - 1) / 2)))

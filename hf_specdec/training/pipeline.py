@@ -72,7 +72,7 @@ def _read_items(config: DrafterTrainingConfig, tokenizer) -> tuple[list[list[int
 
 def prepare_sequences(config: DrafterTrainingConfig, target, tokenizer, layer_ids: list[int]) -> list[TrainingSequence]:
     """Target continuations + features, computed once into output_dir/data (resumable) and reused afterwards."""
-    folder = Path(config.output_dir) / "data"
+    folder = Path(config.data_dir) if config.data_dir else Path(config.output_dir) / "data"
     key = {
         "target": config.target,
         "layer_ids": layer_ids,

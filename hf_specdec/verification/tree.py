@@ -96,25 +96,46 @@ def best_first_tree(top_logq: list[list[float]], top_ids: list[list[int]], budge
         top_logq: top_logq[d][r] = log q_d of the rank-r candidate at depth d + 1, sorted descending per depth.
         top_ids: the matching token ids.
         budget: number of draft nodes.
-    A node's score is the sum of its path's log-probabilities, so a child never outscores its parent and a
-    sibling of lower rank never outscores a higher one: popping a max-heap that holds each popped node's first
-    child and next sibling yields prefixes in score order, parents first.
+    """
+    return conditional_best_first_tree([[row] for row in top_logq], [[row] for row in top_ids], None, budget)
+
+
+def conditional_best_first_tree(
+    top_logq: list[list[list[float]]],
+    top_ids: list[list[list[int]]],
+    top_next: list[list[list[int]]] | None,
+    budget: int,
+) -> DraftTree:
+    """Best-first tree when a node's candidates depend on its parent's choice (DDTree generalised to a walk).
+
+    Args:
+        top_logq: top_logq[d][c][r] = log q of the rank-r candidate at depth d + 1 given the parent's choice c
+            (c = 0 for children of the root), sorted descending in r.
+        top_ids: the matching token ids.
+        top_next: the choice index a rank-r child passes to its own children (None: always 0, i.e. the depths are
+            independent, as for a plain block drafter).
+        budget: number of draft nodes.
+    A node's score is the sum of its path's log-probabilities, so a child never outscores its parent and a lower
+    rank never outscores a higher one: popping a max-heap that holds each popped node's first child and next
+    sibling yields the highest-scoring prefixes in order, parents first.
     """
     tree = DraftTree()
-    depth_count, width = len(top_ids), len(top_ids[0]) if top_ids else 0
-    if budget <= 0 or depth_count == 0 or width == 0:
+    depth_count = len(top_ids)
+    if budget <= 0 or depth_count == 0 or not top_ids[0][0]:
         return tree
-    # heap entries: (-score, tie-break counter, parent node, depth index, rank, parent score)
-    heap = [(-top_logq[0][0], 0, -1, 0, 0, 0.0)]
+    # heap entries: (-score, tie-break counter, parent node, depth index, parent choice, rank, parent score)
+    heap = [(-top_logq[0][0][0], 0, -1, 0, 0, 0, 0.0)]
     counter = 1
     while heap and len(tree) < budget:
-        neg, _, parent, d, r, parent_score = heapq.heappop(heap)
-        node = tree.add(top_ids[d][r], parent)
-        if r + 1 < width:  # next sibling
-            heapq.heappush(heap, (-(parent_score + top_logq[d][r + 1]), counter, parent, d, r + 1, parent_score))
+        neg, _, parent, d, choice, r, parent_score = heapq.heappop(heap)
+        node = tree.add(top_ids[d][choice][r], parent)
+        if r + 1 < len(top_ids[d][choice]):  # next sibling
+            sibling = -(parent_score + top_logq[d][choice][r + 1])
+            heapq.heappush(heap, (sibling, counter, parent, d, choice, r + 1, parent_score))
             counter += 1
         if d + 1 < depth_count:  # first child
-            heapq.heappush(heap, (-(-neg + top_logq[d + 1][0]), counter, node, d + 1, 0, -neg))
+            nxt = 0 if top_next is None else top_next[d][choice][r]
+            heapq.heappush(heap, (-(-neg + top_logq[d + 1][nxt][0]), counter, node, d + 1, nxt, 0, -neg))
             counter += 1
     return tree
 
@@ -145,4 +166,4 @@ def tree_position_ids(tree: DraftTree, root_position: int, device: torch.device)
     return torch.tensor([[root_position] + [root_position + d for d in tree.depths()]], device=device)
 
 
-__all__ = ["DraftTree", "best_first_tree", "tree_attention_mask", "tree_position_ids"]
+__all__ = ["DraftTree", "best_first_tree", "conditional_best_first_tree", "tree_attention_mask", "tree_position_ids"]

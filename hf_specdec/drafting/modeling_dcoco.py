@@ -1,0 +1,122 @@
+"""DCOCO drafter: a block drafter whose parallel draft is corrected by a small contextual scorer.
+
+The backbone (`BlockDrafter`) drafts every slot in one pass, each without seeing the tokens chosen for the
+other slots. The corrector keeps the top-K candidates per slot and scores every transition between candidates
+of adjacent slots in one batched pass; a prefix-first walk (`hf_specdec.correction.walk`) then picks the draft.
+
+Corrector (the published shape, 512 * d + 132,353 parameters; the design follows methods.md section 3.3):
+    candidate  c[s, j] = LayerNorm(P_tok(E[C_sj]) + P_hid(h_s))            width r = 128
+    pair state g[s]    = P_L(h_s) + P_R(h_{s+1})                           width 128
+    transition T[s,i,j] = MLP([c[s,i]; c[s+1,j]; g[s]; c[s,i] * c[s+1,j]])  512 -> 256 -> 1
+    score(s, i -> j)   = log q_{s+1}(C_{s+1,j}) + T[s, i, j]
+Slot 0 is the anchor (one candidate: the anchor token itself). E is the target's (frozen) input embedding table.
+
+Shapes: k drafted slots, K candidates, d hidden, r candidate width, p pair width, m scorer hidden.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .configuration_dcoco import DCOCOConfig
+from .modeling_block_drafter import BlockDrafter
+
+
+@dataclass
+class CorrectionScores:
+    """Candidates and transition scores of one drafted block."""
+
+    ids: torch.LongTensor  # (k, K) candidate token ids per slot (full-vocabulary ids)
+    first: torch.Tensor  # (K,) score of slot-1 candidates after the anchor
+    nxt: torch.Tensor  # (k - 1, K, K) score of slot s+2 candidate j after slot s+1 candidate i
+
+
+class ContextualCorrector(nn.Module):
+    def __init__(self, config: DCOCOConfig) -> None:
+        super().__init__()
+        d, r, p, m = config.hidden_size, config.candidate_width, config.pair_width, config.scorer_hidden
+        self.token_proj = nn.Linear(d, r)
+        self.hidden_proj = nn.Linear(d, r)
+        self.left_proj = nn.Linear(d, p)
+        self.right_proj = nn.Linear(d, p)
+        self.candidate_norm = nn.LayerNorm(r)
+        self.scorer_in = nn.Linear(3 * r + p, m)
+        self.scorer_out = nn.Linear(m, 1)
+        self.widths = (r, r, p, r)
+
+    def candidates(self, token_embeds: torch.Tensor, slot_hidden: torch.Tensor) -> torch.Tensor:
+        """(k, K, d) candidate token embeddings and (k, d) slot hidden states -> (k, K, r)."""
+        return self.candidate_norm(self.token_proj(token_embeds) + self.hidden_proj(slot_hidden)[:, None, :])
+
+    def pair_states(self, hidden: torch.Tensor) -> torch.Tensor:
+        """(S, d) hidden states of consecutive slots -> (S - 1, p) adjacent-pair states."""
+        return self.left_proj(hidden[:-1]) + self.right_proj(hidden[1:])
+
+    def transitions(self, prev: torch.Tensor, nxt: torch.Tensor, pair: torch.Tensor) -> torch.Tensor:
+        """(n, I, r) predecessors, (n, J, r) successors, (n, p) pair states -> (n, I, J) transition scores.
+
+        The first layer is linear in the concatenation, so only the elementwise-product term is computed per pair.
+        """
+        w_prev, w_next, w_pair, w_prod = self.scorer_in.weight.split(self.widths, dim=1)  # (m, .) each
+        a = prev @ w_prev.T  # (n, I, m)
+        b = nxt @ w_next.T  # (n, J, m)
+        c = pair @ w_pair.T + self.scorer_in.bias  # (n, m)
+        ab = (prev[:, :, None, :] * nxt[:, None, :, :]) @ w_prod.T  # (n, I, J, m)
+        hidden = F.silu(a[:, :, None] + b[:, None] + c[:, None, None] + ab)
+        return self.scorer_out(hidden).squeeze(-1)
+
+
+class DCOCODrafter(BlockDrafter):
+    """`BlockDrafter` + `ContextualCorrector`. Build one from a trained block drafter with `from_block_drafter`."""
+
+    config_class = DCOCOConfig
+
+    def __init__(self, config: DCOCOConfig) -> None:
+        super().__init__(config)
+        self.corrector = ContextualCorrector(config)
+        self.post_init()
+
+    @classmethod
+    def from_block_drafter(cls, drafter: BlockDrafter, **corrector_kwargs) -> DCOCODrafter:
+        """A DCOCO drafter with `drafter`'s weights as its backbone and a fresh corrector."""
+        known = BlockDrafter.config_class.__dataclass_fields__
+        fields = {k: v for k, v in drafter.config.to_dict().items() if k in known}
+        config = DCOCOConfig(**{**fields, **corrector_kwargs})
+        model = cls(config).to(device=drafter.device, dtype=drafter.dtype)
+        missing, unexpected = model.load_state_dict(drafter.state_dict(), strict=False)
+        if unexpected or any(not name.startswith("corrector.") for name in missing):
+            raise ValueError(f"backbone weights do not fit: missing {missing}, unexpected {unexpected}")
+        return model
+
+    def correction_scores(
+        self, hidden: torch.Tensor, unary: torch.Tensor, anchor_embed: torch.Tensor, embed: nn.Module
+    ) -> CorrectionScores:
+        """Candidates and transition scores of one block.
+
+        Args:
+            hidden: (k + 1, d) drafter hidden states of the anchor and the k drafted slots.
+            unary: (k, Vd) drafter scores of the drafted slots (draft vocabulary).
+            anchor_embed: (d,) target embedding of the anchor token.
+            embed: the target's input embeddings (candidate token embeddings).
+        """
+        k = unary.shape[0]
+        K = min(self.config.corrector_candidates, unary.shape[-1])
+        logq, index = unary.float().log_softmax(dim=-1).topk(K, dim=-1)  # (k, K) each
+        ids = index if self.draft_vocab is None else self.draft_vocab.to(index.device)[index]
+        dtype = self.corrector.token_proj.weight.dtype
+        hidden = hidden.to(dtype)
+        cand = self.corrector.candidates(embed(ids).to(dtype), hidden[1:])  # (k, K, r)
+        anchor = self.corrector.candidates(anchor_embed.to(dtype)[None, None], hidden[:1])  # (1, 1, r)
+        pairs = self.corrector.pair_states(hidden)  # (k, p)
+        first = logq[0] + self.corrector.transitions(anchor, cand[:1], pairs[:1])[0, 0].float()  # (K,)
+        if k == 1:
+            return CorrectionScores(ids, first, logq.new_zeros(0, K, K))
+        trans = self.corrector.transitions(cand[:-1], cand[1:], pairs[1:]).float()  # (k - 1, K, K)
+        return CorrectionScores(ids, first, logq[1:, None, :] + trans)
+
+
+__all__ = ["ContextualCorrector", "CorrectionScores", "DCOCODrafter"]

@@ -1,0 +1,133 @@
+"""Training the DCOCO corrector on a frozen block-drafter backbone (teacher-forced candidate selection).
+
+For every packed training block, the backbone drafts all slots; each slot keeps its top-K candidates. The
+corrector scores the candidates of slot s + 1 given the *true* token at slot s (the anchor for slot 1), and the
+loss is the position-weighted cross-entropy of the target's token among them (`dcoco_selection_loss`). Slots
+whose target token is not among the K candidates are skipped; how often it is (candidate recall) is reported.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
+
+from ..drafting.configuration_dcoco import DCOCOConfig
+from ..drafting.modeling_block_drafter import BlockDrafter
+from ..drafting.modeling_dcoco import DCOCODrafter
+from .config import CorrectorTrainingConfig
+from .data import TrainingSequence
+from .losses import dcoco_selection_loss, position_weights
+from .packing import pack_blocks, sample_anchors
+from .pipeline import device_and_dtype, prepare_sequences
+from .trainer import DrafterTrainer
+
+
+class CorrectorTrainer(DrafterTrainer):
+    """`DrafterTrainer` with the corrector's loss; the backbone is frozen unless `config.joint`."""
+
+    def __init__(
+        self,
+        config: CorrectorTrainingConfig,
+        target: PreTrainedModel,
+        drafter: DCOCODrafter,
+        sequences: list[TrainingSequence],
+    ) -> None:
+        if not config.joint:
+            drafter.requires_grad_(False)
+            drafter.corrector.requires_grad_(True)
+        super().__init__(config, target, drafter, sequences)
+        self.state.update(labelled_slots=0, slots_in_candidates=0)
+
+    def sequence_loss(self, seq: TrainingSequence, generator: torch.Generator) -> tuple[torch.Tensor, int]:
+        drafter, K = self.drafter, self.drafter.config.block_size
+        T = seq.ids.shape[0]
+        anchors = sample_anchors(T, seq.loss_start, K, self.config.anchors_per_sequence, generator)
+        packed = pack_blocks(
+            seq.ids, anchors, K, drafter.config.mask_token_id, seq.loss_start, drafter.dtype, seq.next_tokens
+        )
+        dev, n = self.device, len(anchors)
+        with torch.set_grad_enabled(self.config.joint):
+            noise = self.embed(packed.block_ids.to(self.embed.weight.device)).to(dev, drafter.dtype)[None]
+            hidden = (
+                drafter(
+                    noise_embeds=noise,
+                    target_features=seq.features.to(dev, drafter.dtype)[None],
+                    position_ids=packed.positions.to(dev)[None],
+                    attention_mask=packed.attention_mask.to(dev),
+                )
+                .last_hidden_state[0]
+                .view(n, K, -1)
+            )  # (n, K, H)
+            unary = F.linear(hidden[:, 1:].to(self.head_weight.dtype), self.head_weight)  # (n, K-1, Vd)
+        Kc = min(self.config.corrector_candidates, unary.shape[-1])
+        logq, index = unary.float().log_softmax(dim=-1).topk(Kc, dim=-1)  # (n, K-1, Kc)
+        ids = index if drafter.draft_vocab is None else drafter.draft_vocab.to(dev)[index]
+        labels = packed.labels.to(dev)  # (n, K) full ids, -100 unsupervised
+        truth = labels[:, 1:]  # (n, K-1) the target's token at slots 1..K-1
+        prev = torch.cat([packed.block_ids.view(n, K)[:, :1].to(dev), truth[:, :-1]], dim=1)  # (n, K-1)
+        hit = ids == truth[..., None]  # (n, K-1, Kc)
+        found = hit.any(-1) & (truth >= 0)
+        target_index = torch.where(found & (prev >= 0), hit.float().argmax(-1), torch.full_like(truth, -100))
+        self.state["labelled_slots"] += int((truth >= 0).sum())
+        self.state["slots_in_candidates"] += int(found.sum())
+
+        N, corrector = n * (K - 1), drafter.corrector
+        h = hidden.float() if not self.autocast else hidden
+        cand = corrector.candidates(self.embed(ids).to(h.dtype).view(N, Kc, -1), h[:, 1:].reshape(N, -1))
+        pred = corrector.candidates(self.embed(prev.clamp_min(0)).to(h.dtype).view(N, 1, -1), h[:, :-1].reshape(N, -1))
+        pairs = corrector.left_proj(h[:, :-1].reshape(N, -1)) + corrector.right_proj(h[:, 1:].reshape(N, -1))
+        scores = logq.view(N, Kc) + corrector.transitions(pred, cand, pairs)[:, 0].float()  # (N, Kc)
+        weights = position_weights(K, self.gamma, device=dev)[1:].repeat(n)  # (N,)
+        return dcoco_selection_loss(scores, target_index.view(N), weights), int((target_index >= 0).sum())
+
+    @property
+    def candidate_recall(self) -> float:
+        return self.state["slots_in_candidates"] / max(1, self.state["labelled_slots"])
+
+
+def load_dcoco(config: CorrectorTrainingConfig) -> DCOCODrafter:
+    """The DCOCO drafter to train (float32): a saved one, or a block drafter given a fresh corrector."""
+    if AutoConfig.from_pretrained(config.drafter).model_type == DCOCOConfig.model_type:
+        return DCOCODrafter.from_pretrained(config.drafter, dtype=torch.float32)
+    base = BlockDrafter.from_pretrained(config.drafter, dtype=torch.float32)
+    torch.manual_seed(config.seed)
+    return DCOCODrafter.from_block_drafter(base, corrector_candidates=config.corrector_candidates)
+
+
+def run_corrector_training(config: CorrectorTrainingConfig) -> Path:
+    """Train and save the DCOCO drafter to output_dir/drafter; write output_dir/training_log.json."""
+    device, dtype = device_and_dtype(config)
+    target = AutoModelForCausalLM.from_pretrained(config.target, dtype=dtype).to(device).eval()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(config.target)
+    except (OSError, ValueError):
+        tokenizer = None
+    drafter = load_dcoco(config).to(device)
+    sequences = prepare_sequences(config, target, tokenizer, drafter.config.target_layer_ids)
+    trainer = CorrectorTrainer(config, target, drafter, sequences)
+    resumed = config.resume and trainer.resume()
+    state = trainer.train()
+    out = Path(config.output_dir) / "drafter"
+    drafter.requires_grad_(True)
+    drafter.to(dtype).save_pretrained(out)
+    log = {
+        "resumed": bool(resumed),
+        "steps": state["step"],
+        "train_seconds": state["elapsed_s"],
+        "supervised_slots": state["supervised_tokens"],
+        "candidate_recall": trainer.candidate_recall,
+        "corrector_parameters": sum(p.numel() for p in drafter.corrector.parameters()),
+        "sequences": len(sequences),
+        "losses": state["losses"],
+        "device": str(device),
+        "dtype": str(dtype),
+    }
+    (Path(config.output_dir) / "training_log.json").write_text(json.dumps(log, indent=1))
+    return out
+
+
+__all__ = ["CorrectorTrainer", "load_dcoco", "run_corrector_training"]
