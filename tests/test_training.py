@@ -246,3 +246,38 @@ def test_feature_extraction_resumes_after_a_crash(tmp_path, monkeypatch):
     for a, b in zip(again, whole, strict=True):
         assert torch.equal(a.ids, b.ids) and torch.equal(a.next_tokens, b.next_tokens)
         torch.testing.assert_close(a.features, b.features)
+
+
+def test_corrector_training_learns_transitions_with_a_frozen_backbone(tmp_path):
+    from hf_specdec import DCOCODrafter
+    from hf_specdec.training.config import CorrectorTrainingConfig
+    from hf_specdec.training.corrector import CorrectorTrainer
+
+    _, target, base, seqs = tiny_setup(tmp_path)
+    pattern = torch.tensor([5, 9, 17, 33, 65, 129, 200, 11])  # a fixed cycle: each token determines the next
+    for seq in seqs:
+        seq.ids = pattern.repeat(5)
+        seq.features = target_features(target, seq.ids.tolist(), [0, 2, 3])
+    config = CorrectorTrainingConfig(
+        target="tiny",
+        output_dir=str(tmp_path),
+        drafter="unused",
+        corrector_candidates=128,
+        num_steps=40,
+        save_every=100,
+        batch_size=2,
+        anchors_per_sequence=6,
+        block_size=4,
+        learning_rate=3e-3,
+        warmup_ratio=0.1,
+    )
+    drafter = DCOCODrafter.from_block_drafter(base, corrector_candidates=128)
+    backbone = {k: v.clone() for k, v in drafter.state_dict().items() if not k.startswith("corrector.")}
+    trainer = CorrectorTrainer(config, target, drafter, seqs)
+    state = trainer.train()
+    losses = [loss for _, loss in state["losses"]]
+    assert sum(losses[-5:]) / 5 < 0.5 * sum(losses[:5]) / 5
+    assert 0.2 < trainer.candidate_recall < 1.0
+    assert all(torch.equal(v, drafter.state_dict()[k]) for k, v in backbone.items())
+    with pytest.raises(ValueError, match="--drafter is required"):
+        CorrectorTrainingConfig(target="tiny", output_dir=str(tmp_path))
