@@ -23,6 +23,7 @@ from .decoding.settings import DecodingSettings
 from .decoding.stats import AcceptanceStats
 from .drafting.configuration_block_drafter import BlockDrafterConfig, build_target_layer_ids
 from .drafting.configuration_dcoco import DCOCOConfig
+from .drafting.loading import load_drafter
 from .drafting.modeling_block_drafter import BlockDrafter
 from .drafting.modeling_dcoco import DCOCODrafter
 
@@ -47,5 +48,6 @@ __all__ = [
     "DecodingSettings",
     "build_target_layer_ids",
     "fix_lm_head_strides",
+    "load_drafter",
     "register_drafter_kind",
 ]

@@ -769,7 +769,7 @@ class DrafterSpec:
             torch.manual_seed(self.seed)  # same weights in every dtype (built in fp32, then cast)
             drafter = hf_specdec.BlockDrafter.for_target(target, block_size=self.block_size).eval()
         else:
-            drafter = hf_specdec.BlockDrafter.from_pretrained(self.source, dtype=dtype).to(target.device).eval()
+            drafter = hf_specdec.load_drafter(self.source, dtype=dtype).to(target.device).eval()
         drafter.decoding = dict(self.decoding)
         return drafter
 

@@ -7,6 +7,8 @@ For each block size K it times (median of --reps runs, after a warm-up):
   verify         one target forward of K tokens with the drafter's tapped hidden states
   drafter        one drafter pass over [anchor, MASK x (K-1)] with new context rows
   drafter head   the target LM head on the K-1 draft rows, 2-D input (our path)
+  corrector      DCOCO: top-K candidates of those rows, transition scores and the prefix-first walk
+                 (`corrector_share` = corrector / (drafter + drafter head + corrector))
   slow head      the same head, frozen, on a 3-D slice `h[:, 1:]` without hf_specdec's fix (torch CPU bf16 slow path)
   step           a whole step inside `generate(assistant_model=...)`, measured end to end
   bookkeeping    step - verify - drafter - drafter head
@@ -53,7 +55,22 @@ def target_forward_ms(target, prompt, n_new: int, taps, reps: int) -> float:
     return median_ms(step, reps)
 
 
-def measure(target, block_size: int, prompt, reps: int, new_tokens: int) -> dict:
+def corrector_ms(drafter, target, hidden, logits, reps: int, candidates: int) -> float:
+    """Time of DCOCO's correction on one block: candidates, transitions and the walk."""
+    from hf_specdec.correction.walk import prefix_first_walk
+
+    dcoco = hf_specdec.DCOCODrafter.from_block_drafter(drafter, corrector_candidates=candidates).eval()
+    embed = target.get_input_embeddings()
+    anchor = embed.weight[0]
+
+    def correct():
+        scores = dcoco.correction_scores(hidden, logits, anchor, embed)
+        prefix_first_walk(scores.first, scores.nxt).tolist()  # the walk's result is read, as in a real step
+
+    return median_ms(correct, reps)
+
+
+def measure(target, block_size: int, prompt, reps: int, new_tokens: int, candidates: int = 16) -> dict:
     drafter = hf_specdec.BlockDrafter.for_target(target, block_size=block_size).eval()
     H, taps = target.config.hidden_size, drafter.config.target_layer_ids
     head = target.get_output_embeddings()
@@ -81,6 +98,7 @@ def measure(target, block_size: int, prompt, reps: int, new_tokens: int) -> dict
             "drafter_ms": median_ms(drafter_pass, reps),
             "drafter_head_ms": median_ms(lambda: head(hidden[0, 1:]), reps),
             "slow_head_ms": median_ms(lambda: torch.nn.functional.linear(hidden[:, 1:], frozen), max(2, reps // 3)),
+            "corrector_ms": corrector_ms(drafter, target, hidden[0], head(hidden[0, 1:]), reps, candidates),
         }
         start = time.perf_counter()
         target.generate(prompt, max_new_tokens=1, do_sample=False, assistant_model=drafter)  # prefill only
@@ -90,6 +108,8 @@ def measure(target, block_size: int, prompt, reps: int, new_tokens: int) -> dict
         elapsed = (time.perf_counter() - start - prefill) * 1e3
     row["step_ms"] = elapsed / drafter.last_acceptance_stats.verify_forwards
     row["bookkeeping_ms"] = row["step_ms"] - row["verify_ms"] - row["drafter_ms"] - row["drafter_head_ms"]
+    draft = row["drafter_ms"] + row["drafter_head_ms"]
+    row["corrector_share"] = row["corrector_ms"] / (draft + row["corrector_ms"])
     return row
 
 
@@ -101,6 +121,7 @@ def main() -> None:
     parser.add_argument("--context", type=int, default=64, help="prompt tokens before the timed step")
     parser.add_argument("--reps", type=int, default=7)
     parser.add_argument("--new-tokens", type=int, default=24, help="tokens of the end-to-end generate() run")
+    parser.add_argument("--corrector-candidates", type=int, default=16, help="DCOCO's K for the corrector column")
     parser.add_argument("--out", default="results/step_cost.json")
     args = parser.parse_args()
 
@@ -108,7 +129,7 @@ def main() -> None:
     target = AutoModelForCausalLM.from_pretrained(args.target, dtype=getattr(torch, args.dtype)).to(device).eval()
     hf_specdec.fix_lm_head_strides(target)
     prompt = torch.randint(100, 20000, (1, args.context), generator=torch.Generator().manual_seed(0)).to(device)
-    rows = [measure(target, k, prompt, args.reps, args.new_tokens) for k in args.block_sizes]
+    rows = [measure(target, k, prompt, args.reps, args.new_tokens, args.corrector_candidates) for k in args.block_sizes]
     cols = [
         "block_size",
         "plain_decode_ms",
@@ -116,13 +137,15 @@ def main() -> None:
         "drafter_ms",
         "drafter_head_ms",
         "slow_head_ms",
+        "corrector_ms",
+        "corrector_share",
         "step_ms",
         "bookkeeping_ms",
     ]
     print(f"target {args.target} ({args.dtype}, {device}, {torch.get_num_threads()} threads, context {args.context})")
     print(" | ".join(cols))
     for row in rows:
-        print(" | ".join(f"{row[c]:.1f}" if isinstance(row[c], float) else str(row[c]) for c in cols))
+        print(" | ".join(f"{row[c]:.3g}" if isinstance(row[c], float) else str(row[c]) for c in cols))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(
         json.dumps({"target": args.target, "dtype": args.dtype, "device": device, "rows": rows}, indent=2)

@@ -130,3 +130,12 @@ def test_selection_loss_skips_slots_outside_the_candidates():
 def test_config_rejects_bad_corrector_shapes(target):
     with pytest.raises(ValueError, match="corrector_candidates"):
         DCOCOConfig.for_target(target.config, mask_token_id=1, corrector_candidates=0)
+
+
+def test_load_drafter_picks_the_class_from_the_checkpoint(target, tmp_path):
+    from hf_specdec import BlockDrafter, load_drafter
+
+    dcoco(target, 4).save_pretrained(tmp_path / "dcoco")
+    make_drafter(target, 4).save_pretrained(tmp_path / "block")
+    assert type(load_drafter(tmp_path / "dcoco")) is DCOCODrafter
+    assert type(load_drafter(tmp_path / "block")) is BlockDrafter
