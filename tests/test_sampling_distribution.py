@@ -19,17 +19,18 @@ from conftest import tiny_target
 from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper
 
 import hf_specdec
-from hf_specdec import BlockDraftCandidateGenerator, BlockDrafter, DecodingSettings
+from hf_specdec import BlockDraftCandidateGenerator, BlockDrafter, DCOCODrafter, DecodingSettings
 from hf_specdec.decoding import speculative_loop
 
 V = 8
-DRAWS = 1500
+DRAWS = 1000
 DELTA = 1e-6
 PROMPT = torch.tensor([[1, 3, 4, 5, 3, 4, 6]])
 CASES = {
     "chain": (DecodingSettings(), 1.0, None),
     "siblings+lookup top-k": (DecodingSettings(sample_branches=3, prompt_lookup_tokens=2), 0.7, 5),
     "argmax tree": (DecodingSettings(sampled_drafts="argmax", tree_budget=4, tree_topk=2), 1.0, None),
+    "dcoco walk": (DecodingSettings(sample_branches=2), 1.0, None),  # q restricted to 4 of the 8 tokens
 }
 
 
@@ -76,6 +77,9 @@ def run_case(name, drafter_cls=BlockDrafter):
     target = tiny_target("llama", vocab=V, layers=2)
     torch.manual_seed(3)
     drafter = drafter_cls.for_target(target, block_size=3, mask_token_id=V - 1).eval()
+    if name == "dcoco walk":
+        drafter = DCOCODrafter.from_block_drafter(drafter, corrector_candidates=4).eval()
+        torch.nn.init.normal_(drafter.corrector.scorer_out.weight, std=2.0)  # transitions that matter
     drafter.decoding = settings
     trees = []
     walk = speculative_loop.speculative_walk
@@ -153,7 +157,7 @@ def _pit(trees, transform=None):
     return torch.tensor(values)
 
 
-@pytest.mark.parametrize("name", ["chain", "siblings+lookup top-k"])
+@pytest.mark.parametrize("name", ["chain", "siblings+lookup top-k", "dcoco walk"])
 def test_q_handed_to_acceptance_is_the_distribution_drafts_were_drawn_from(name):
     _, _, trees = cached_run(name)
     values = _pit(trees)
