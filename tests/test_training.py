@@ -281,3 +281,28 @@ def test_corrector_training_learns_transitions_with_a_frozen_backbone(tmp_path):
     assert all(torch.equal(v, drafter.state_dict()[k]) for k, v in backbone.items())
     with pytest.raises(ValueError, match="--drafter is required"):
         CorrectorTrainingConfig(target="tiny", output_dir=str(tmp_path))
+
+
+def test_joint_corrector_training_also_moves_the_backbone(tmp_path):
+    from hf_specdec import DCOCODrafter
+    from hf_specdec.training.config import CorrectorTrainingConfig
+    from hf_specdec.training.corrector import CorrectorTrainer
+
+    _, target, base, seqs = tiny_setup(tmp_path)
+    config = CorrectorTrainingConfig(
+        target="tiny",
+        output_dir=str(tmp_path),
+        drafter="unused",
+        corrector_candidates=32,
+        num_steps=3,
+        save_every=100,
+        batch_size=2,
+        anchors_per_sequence=6,
+        block_size=4,
+        learning_rate=3e-3,
+        joint=True,
+    )
+    drafter = DCOCODrafter.from_block_drafter(base, corrector_candidates=32)
+    fc = drafter.fc.weight.detach().clone()
+    CorrectorTrainer(config, target, drafter, seqs).train()
+    assert not torch.equal(fc, drafter.fc.weight)
