@@ -17,14 +17,17 @@ from transformers import AutoConfig, AutoModel
 from .correction.generator import DCOCOCandidateGenerator
 from .decoding import transformers_seam
 from .decoding.candidate_generator import BlockDraftCandidateGenerator
+from .decoding.dblast_generator import DBLASTCandidateGenerator
 from .decoding.lm_head_strides import fix_lm_head_strides
 from .decoding.registry import register_drafter_kind
 from .decoding.settings import DecodingSettings
 from .decoding.stats import AcceptanceStats
 from .drafting.configuration_block_drafter import BlockDrafterConfig, build_target_layer_ids
+from .drafting.configuration_dblast import DBLASTConfig
 from .drafting.configuration_dcoco import DCOCOConfig
 from .drafting.loading import load_drafter
 from .drafting.modeling_block_drafter import BlockDrafter
+from .drafting.modeling_dblast import DBLASTDrafter
 from .drafting.modeling_dcoco import DCOCODrafter
 
 __version__ = "0.1.0"
@@ -35,6 +38,9 @@ AutoConfig.register(DCOCOConfig.model_type, DCOCOConfig, exist_ok=True)
 AutoModel.register(DCOCOConfig, DCOCODrafter, exist_ok=True)
 register_drafter_kind(BlockDrafter, BlockDraftCandidateGenerator)
 register_drafter_kind(DCOCODrafter, DCOCOCandidateGenerator)
+AutoConfig.register(DBLASTConfig.model_type, DBLASTConfig, exist_ok=True)
+AutoModel.register(DBLASTConfig, DBLASTDrafter, exist_ok=True)
+register_drafter_kind(DBLASTDrafter, DBLASTCandidateGenerator)
 transformers_seam.install()
 
 __all__ = [
@@ -42,6 +48,9 @@ __all__ = [
     "BlockDraftCandidateGenerator",
     "BlockDrafter",
     "BlockDrafterConfig",
+    "DBLASTCandidateGenerator",
+    "DBLASTConfig",
+    "DBLASTDrafter",
     "DCOCOCandidateGenerator",
     "DCOCOConfig",
     "DCOCODrafter",

@@ -19,7 +19,7 @@ from conftest import tiny_target
 from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper
 
 import hf_specdec
-from hf_specdec import BlockDraftCandidateGenerator, BlockDrafter, DCOCODrafter, DecodingSettings
+from hf_specdec import BlockDraftCandidateGenerator, BlockDrafter, DBLASTDrafter, DCOCODrafter, DecodingSettings
 from hf_specdec.decoding import speculative_loop
 
 V = 8
@@ -31,6 +31,7 @@ CASES = {
     "siblings+lookup top-k": (DecodingSettings(sample_branches=3, prompt_lookup_tokens=2), 0.7, 5),
     "argmax tree": (DecodingSettings(sampled_drafts="argmax", tree_budget=4, tree_topk=2), 1.0, None),
     "dcoco walk": (DecodingSettings(sample_branches=2), 1.0, None),  # q restricted to 4 of the 8 tokens
+    "dblast mixture": (DecodingSettings(sample_branches=2), 0.8, None),  # dependent positions, posterior q
 }
 
 
@@ -80,6 +81,9 @@ def run_case(name, drafter_cls=BlockDrafter):
     if name == "dcoco walk":
         drafter = DCOCODrafter.from_block_drafter(drafter, corrector_candidates=4).eval()
         torch.nn.init.normal_(drafter.corrector.scorer_out.weight, std=2.0)  # transitions that matter
+    if name == "dblast mixture":
+        drafter = DBLASTDrafter.from_block_drafter(drafter, mixture_components=3, mixture_rank=4).eval()
+        torch.nn.init.normal_(drafter.mixture_head.up.weight, std=2.0)  # components that differ
     drafter.decoding = settings
     trees = []
     walk = speculative_loop.speculative_walk
@@ -157,7 +161,7 @@ def _pit(trees, transform=None):
     return torch.tensor(values)
 
 
-@pytest.mark.parametrize("name", ["chain", "siblings+lookup top-k", "dcoco walk"])
+@pytest.mark.parametrize("name", ["chain", "siblings+lookup top-k", "dcoco walk", "dblast mixture"])
 def test_q_handed_to_acceptance_is_the_distribution_drafts_were_drawn_from(name):
     _, _, trees = cached_run(name)
     values = _pit(trees)

@@ -7,11 +7,17 @@ import os
 from transformers import AutoConfig
 
 from .configuration_block_drafter import BlockDrafterConfig
+from .configuration_dblast import DBLASTConfig
 from .configuration_dcoco import DCOCOConfig
 from .modeling_block_drafter import BlockDrafter
+from .modeling_dblast import DBLASTDrafter
 from .modeling_dcoco import DCOCODrafter
 
-_CLASSES = {BlockDrafterConfig.model_type: BlockDrafter, DCOCOConfig.model_type: DCOCODrafter}
+_CLASSES = {
+    BlockDrafterConfig.model_type: BlockDrafter,
+    DCOCOConfig.model_type: DCOCODrafter,
+    DBLASTConfig.model_type: DBLASTDrafter,
+}
 
 
 def load_drafter(name_or_path: str | os.PathLike, **kwargs) -> BlockDrafter:

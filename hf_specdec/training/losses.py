@@ -52,6 +52,38 @@ def dcoco_selection_loss(scores: torch.Tensor, target_index: torch.Tensor, weigh
     return (ce * w).sum() / w.sum()
 
 
+def expected_verified_length_loss(p: torch.Tensor, q: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
+    """1 - E[accepted drafts] / k of chain speculative sampling along teacher prefixes (DBLAST objective; the
+    E2E-TV form of methods.md sections 4.3 and 5.2).
+
+    Args:
+        p: (n, k, V) target probabilities at each drafted slot given the teacher prefix.
+        q: (n, k, V) the draft's conditional probabilities there (for a mixture, the posterior-weighted ones).
+        valid: (n, k) bool, False where the teacher prefix cannot be drafted (that slot and every later one count
+            as rejected).
+    Returns:
+        scalar: 1 - mean over blocks of (1/k) sum_j prod_{s<=j} beta_s, beta_s = sum_v min(p_s(v), q_s(v)), the
+        per-slot acceptance probability. When p_s and q_s do not depend on the prefix this is exactly 1 - E[A]/k.
+    """
+    beta = torch.minimum(p.float(), q.float()).sum(dim=-1)  # (n, k)
+    if valid is not None:
+        beta = beta * valid.cumprod(dim=1)
+    return 1.0 - beta.cumprod(dim=1).mean()
+
+
+def mixture_nll(log_pi: torch.Tensor, logq: torch.Tensor, tokens: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """-log sum_z pi_z prod_s q_s(x_s | z) of teacher blocks, per supervised slot (keeps components in use).
+
+    Args:
+        log_pi: (n, R); logq: (n, k, R, V); tokens: (n, k) draft-vocabulary ids (any value where invalid);
+        valid: (n, k) bool, slots that count.
+    """
+    picked = logq.gather(3, tokens.clamp_min(0)[:, :, None, None].expand(-1, -1, logq.shape[2], 1))[..., 0]
+    picked = picked * valid[..., None]  # (n, k, R) log q_s(x_s|z), 0 where not supervised
+    joint = torch.logsumexp(log_pi + picked.sum(dim=1), dim=-1)  # (n,)
+    return -joint.sum() / valid.sum().clamp_min(1)
+
+
 def default_gamma(block_size: int) -> float:
     """DFlash's suggested decay: about half the block (7 for 16, 5 for 10, 4 for 8)."""
     return float(max(1, math.ceil((block_size - 1) / 2)))
