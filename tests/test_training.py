@@ -306,3 +306,37 @@ def test_joint_corrector_training_also_moves_the_backbone(tmp_path):
     fc = drafter.fc.weight.detach().clone()
     CorrectorTrainer(config, target, drafter, seqs).train()
     assert not torch.equal(fc, drafter.fc.weight)
+
+
+def test_mixture_head_training_raises_expected_acceptance(tmp_path):
+    from hf_specdec import DBLASTDrafter
+    from hf_specdec.training.config import MixtureTrainingConfig
+    from hf_specdec.training.mixture import MixtureTrainer, cache_target_probs
+
+    _, target, base, seqs = tiny_setup(tmp_path)
+    config = MixtureTrainingConfig(
+        target="tiny",
+        output_dir=str(tmp_path),
+        drafter="unused",
+        mixture_components=4,
+        mixture_rank=8,
+        top_m=16,
+        num_steps=30,
+        save_every=100,
+        batch_size=2,
+        anchors_per_sequence=6,
+        block_size=4,
+        learning_rate=1e-2,
+        warmup_ratio=0.1,
+    )
+    probs = cache_target_probs(target, seqs, tmp_path / "p", config.temperature, config.top_m)
+    assert probs[0][0].shape == (40, 16) and torch.allclose(probs[0][0].sum(-1), torch.ones(40))
+    assert cache_target_probs(target, seqs, tmp_path / "p", 1.0, 16)[1][1].equal(probs[1][1])  # cached
+    drafter = DBLASTDrafter.from_block_drafter(base, mixture_components=4, mixture_rank=8)
+    backbone = {k: v.clone() for k, v in drafter.state_dict().items() if not k.startswith("mixture_head.")}
+    state = MixtureTrainer(config, target, drafter, seqs, probs).train()
+    losses = [loss for _, loss in state["losses"]]
+    assert sum(losses[-5:]) / 5 < sum(losses[:5]) / 5
+    assert all(torch.equal(v, drafter.state_dict()[k]) for k, v in backbone.items())
+    with pytest.raises(ValueError, match="temperature"):
+        MixtureTrainingConfig(target="tiny", output_dir=str(tmp_path), drafter="x", temperature=0)

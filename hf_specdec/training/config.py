@@ -119,4 +119,27 @@ class CorrectorTrainingConfig(DrafterTrainingConfig):
             raise ValueError(f"corrector_candidates must be >= 1, got {self.corrector_candidates}")
 
 
-__all__ = ["CorrectorTrainingConfig", "DrafterTrainingConfig"]
+@dataclass
+class MixtureTrainingConfig(DrafterTrainingConfig):
+    """Training of a DBLAST mixture head on top of a trained block drafter (`drafter` is required)."""
+
+    mixture_components: int = field(default=8, metadata={"help": "R: latent components"})
+    mixture_rank: int = field(default=64, metadata={"help": "r: rank of each component's logit offset"})
+    temperature: float = field(default=1.0, metadata={"help": "sampling temperature the head is trained for"})
+    top_m: int = field(default=64, metadata={"help": "target probabilities cached per position (top-m, renormalised)"})
+    nll_weight: float = field(default=0.1, metadata={"help": "weight of the mixture likelihood term"})
+    balance_weight: float = field(default=0.01, metadata={"help": "weight of KL(mean pi || uniform)"})
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.drafter:
+            raise ValueError("--drafter is required: the mixture head is trained on top of a trained block drafter")
+        if self.mixture_components < 1 or self.mixture_rank < 1 or self.top_m < 1:
+            raise ValueError("mixture_components, mixture_rank and top_m must be >= 1")
+        if self.temperature <= 0:
+            raise ValueError(f"temperature must be > 0 (the sampling temperature), got {self.temperature}")
+        if self.nll_weight < 0 or self.balance_weight < 0:
+            raise ValueError("nll_weight and balance_weight must be >= 0")
+
+
+__all__ = ["CorrectorTrainingConfig", "DrafterTrainingConfig", "MixtureTrainingConfig"]

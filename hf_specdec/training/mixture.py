@@ -1,0 +1,156 @@
+"""Training the DBLAST mixture head for expected verified length, on a frozen block-drafter backbone.
+
+The target's distribution at every training position (at the sampling temperature, top-m renormalised) is
+computed once and cached next to the features. Each step packs blocks like the DFlash recipe; along the data's
+own tokens (teacher prefixes) it computes the mixture's exact conditionals q(x_s | x_<s) and minimises
+    1 - (1/k) sum_j prod_{s<=j} sum_v min(p_s, q_s)          (expected verified length, `expected_verified_length_loss`)
+  + nll_weight * -log q(block)                               (keeps components in use, gives gradient at low overlap)
+  + balance_weight * KL(mean pi || uniform)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+from tqdm.auto import tqdm
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
+
+from ..drafting.configuration_dblast import DBLASTConfig
+from ..drafting.modeling_block_drafter import BlockDrafter
+from ..drafting.modeling_dblast import DBLASTDrafter
+from .config import MixtureTrainingConfig
+from .data import TrainingSequence
+from .losses import expected_verified_length_loss, mixture_nll
+from .packing import pack_blocks, sample_anchors
+from .pipeline import device_and_dtype, prepare_sequences
+from .trainer import DrafterTrainer
+
+
+@torch.no_grad()
+def cache_target_probs(
+    target: PreTrainedModel, sequences: list[TrainingSequence], folder: Path, temperature: float, top_m: int
+) -> list[tuple[torch.Tensor, torch.LongTensor]]:
+    """Per sequence: (T, m) top-m target probabilities at `temperature` after each position, renormalised, and their
+    ids. One cache-less target forward per sequence, written to `folder` one file per sequence (resumable)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    out = []
+    for i, seq in enumerate(tqdm(sequences, desc="target probabilities", unit="seq")):
+        path = folder / f"{i:05d}.safetensors"
+        if not path.exists():
+            hidden = target.base_model(seq.ids[None].to(target.device)).last_hidden_state[0]  # (T, H)
+            logits = target.get_output_embeddings()(hidden).float() / temperature  # (T, V) 2-D: the fast CPU path
+            probs, ids = torch.softmax(logits, dim=-1).topk(top_m, dim=-1)
+            tmp = path.with_name(path.name + ".tmp")
+            save_file({"probs": (probs / probs.sum(-1, keepdim=True)).cpu(), "ids": ids.cpu()}, str(tmp))
+            tmp.rename(path)
+        tensors = load_file(str(path))
+        out.append((tensors["probs"], tensors["ids"]))
+    return out
+
+
+class MixtureTrainer(DrafterTrainer):
+    """`DrafterTrainer` with DBLAST's loss; only the mixture head is trained."""
+
+    def __init__(self, config, target, drafter: DBLASTDrafter, sequences, target_probs) -> None:
+        drafter.requires_grad_(False)
+        drafter.mixture_head.requires_grad_(True)
+        super().__init__(config, target, drafter, sequences)
+        self.target_probs = target_probs
+        self.index_of = {id(seq): i for i, seq in enumerate(sequences)}
+        vocab = self.head_weight.shape[0]
+        self.to_draft = self.label_index if self.label_index is not None else torch.arange(vocab, device=self.device)
+
+    def sequence_loss(self, seq: TrainingSequence, generator: torch.Generator) -> tuple[torch.Tensor, int]:
+        drafter, K, dev = self.drafter, self.drafter.config.block_size, self.device
+        T = seq.ids.shape[0]
+        anchors = sample_anchors(T, seq.loss_start, K, self.config.anchors_per_sequence, generator)
+        n = len(anchors)
+        packed = pack_blocks(seq.ids, anchors, K, drafter.config.mask_token_id, seq.loss_start, drafter.dtype)
+        with torch.no_grad():
+            noise = self.embed(packed.block_ids.to(self.embed.weight.device)).to(dev, drafter.dtype)[None]
+            hidden = (
+                drafter(
+                    noise_embeds=noise,
+                    target_features=seq.features.to(dev, drafter.dtype)[None],
+                    position_ids=packed.positions.to(dev)[None],
+                    attention_mask=packed.attention_mask.to(dev),
+                )
+                .last_hidden_state[0]
+                .view(n, K, -1)
+            )  # (n, K, H)
+            unary = F.linear(hidden[:, 1:].to(self.head_weight.dtype), self.head_weight).float()  # (n, k, Vd)
+        log_pi, offsets = drafter.mixture_head(hidden[:, 0], hidden[:, 1:])  # (n, R), (n, k, R, Vd)
+        logq = torch.log_softmax((unary[:, :, None] + offsets.float()) / self.config.temperature, dim=-1)
+
+        pos = anchors[:, None] + torch.arange(1, K)  # (n, k) positions of the drafted tokens
+        inside = (pos < T) & (pos >= seq.loss_start)
+        tokens = self.to_draft[seq.ids[pos.clamp(max=T - 1)].to(dev)]  # (n, k) draft-vocab ids, -100 outside
+        valid = inside.to(dev) & (tokens >= 0)
+        tokens = tokens.clamp_min(0)
+        picked = logq.gather(3, tokens[:, :, None, None].expand(-1, -1, logq.shape[2], 1))[..., 0]  # (n, k, R)
+        log_w = torch.log_softmax(log_pi[:, None] + torch.cumsum(picked, 1) - picked, dim=-1)  # (n, k, R)
+        q = torch.logsumexp(log_w[..., None] + logq, dim=2).exp()  # (n, k, Vd) exact conditionals
+
+        probs, ids = self.target_probs[self.index_of[id(seq)]]
+        rows = (pos - 1).clamp(max=T - 1)  # p of the token at pos comes from the position before it
+        p_ids = self.to_draft[ids[rows].to(dev)]  # (n, k, m)
+        p = q.new_zeros(q.shape).scatter_add_(2, p_ids.clamp_min(0), probs[rows].to(dev) * (p_ids >= 0))
+
+        loss = expected_verified_length_loss(p, q, valid)
+        loss = loss + self.config.nll_weight * mixture_nll(log_pi, logq, tokens, valid)
+        mean_pi = log_pi.exp().mean(0)
+        balance = (mean_pi * (mean_pi.clamp_min(1e-9).log() + math.log(mean_pi.shape[0]))).sum()
+        return loss + self.config.balance_weight * balance, int(valid.sum())
+
+
+def load_dblast(config: MixtureTrainingConfig) -> DBLASTDrafter:
+    if AutoConfig.from_pretrained(config.drafter).model_type == DBLASTConfig.model_type:
+        return DBLASTDrafter.from_pretrained(config.drafter, dtype=torch.float32)
+    base = BlockDrafter.from_pretrained(config.drafter, dtype=torch.float32)
+    torch.manual_seed(config.seed)
+    return DBLASTDrafter.from_block_drafter(
+        base, mixture_components=config.mixture_components, mixture_rank=config.mixture_rank
+    )
+
+
+def run_mixture_training(config: MixtureTrainingConfig) -> Path:
+    """Train and save the DBLAST drafter to output_dir/drafter; write output_dir/training_log.json."""
+    device, dtype = device_and_dtype(config)
+    target = AutoModelForCausalLM.from_pretrained(config.target, dtype=dtype).to(device).eval()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(config.target)
+    except (OSError, ValueError):
+        tokenizer = None
+    drafter = load_dblast(config).to(device)
+    sequences = prepare_sequences(config, target, tokenizer, drafter.config.target_layer_ids)
+    data = Path(config.data_dir) if config.data_dir else Path(config.output_dir) / "data"
+    probs = cache_target_probs(
+        target, sequences, data / f"p-T{config.temperature:g}-m{config.top_m}", config.temperature, config.top_m
+    )
+    trainer = MixtureTrainer(config, target, drafter, sequences, probs)
+    resumed = config.resume and trainer.resume()
+    state = trainer.train()
+    out = Path(config.output_dir) / "drafter"
+    drafter.requires_grad_(True)
+    drafter.to(dtype).save_pretrained(out)
+    log = {
+        "resumed": bool(resumed),
+        "steps": state["step"],
+        "train_seconds": state["elapsed_s"],
+        "supervised_slots": state["supervised_tokens"],
+        "head_parameters": sum(p.numel() for p in drafter.mixture_head.parameters()),
+        "sequences": len(sequences),
+        "losses": state["losses"],
+        "device": str(device),
+        "dtype": str(dtype),
+    }
+    (Path(config.output_dir) / "training_log.json").write_text(json.dumps(log, indent=1))
+    return out
+
+
+__all__ = ["MixtureTrainer", "cache_target_probs", "load_dblast", "run_mixture_training"]

@@ -1,0 +1,25 @@
+"""Train a DBLAST mixture head on top of a trained block drafter, for expected verified length at a temperature.
+
+    # the shipped CPU drafter, reusing the data its own training run cached (same data settings), T = 1:
+    python scripts/train_mixture.py --target ~/.cache/hf_specdec/models/qwen2.5-coder-1.5b \
+        --drafter drafters/qwen2.5-coder-1.5b --data_dir runs/qwen1.5b-b8/data --output_dir runs/dblast \
+        --continue_prompts False --label_source target_argmax --num_prompts 160 --max_length 512 --num_steps 300
+
+The target's top-m probabilities are cached once under data_dir. Killed runs resume from output_dir/checkpoint.
+"""
+
+from __future__ import annotations
+
+from transformers import HfArgumentParser
+
+from hf_specdec.training.config import MixtureTrainingConfig
+from hf_specdec.training.mixture import run_mixture_training
+
+
+def main() -> None:
+    (config,) = HfArgumentParser(MixtureTrainingConfig).parse_args_into_dataclasses()
+    print(f"DBLAST drafter written to {run_mixture_training(config)}")
+
+
+if __name__ == "__main__":
+    main()
