@@ -112,3 +112,22 @@ def test_plain_assisted_generation_is_untouched():
     assert torch.equal(out, ref)
     with pytest.raises(ValueError, match="batch_size = 1"):  # transformers' own message, not ours
         target.generate(torch.randint(3, 250, (2, 8)), max_new_tokens=4, assistant_model=helper)
+
+
+@pytest.mark.parametrize("do_sample", [False, True])
+def test_own_loop_refuses_batches_and_unsupported_attention(setup, do_sample):
+    from hf_specdec import DecodingSettings
+
+    target, drafter, prompt = setup
+    drafter.decoding = DecodingSettings(tree_budget=6)
+    with pytest.raises(ValueError, match="batch size 2 is not supported"):
+        target.generate(torch.randint(3, 250, (2, 8)), max_new_tokens=4, do_sample=do_sample, assistant_model=drafter)
+    target.config._attn_implementation = "flash_attention_2"  # takes no custom mask; refused before any forward
+    from hf_specdec.decoding.speculative_loop import _tree_inputs
+    from hf_specdec.verification.tree import DraftTree
+
+    tree = DraftTree()
+    tree.add(5, -1)
+    tree.add(6, -1)
+    with pytest.raises(ValueError, match="attn_implementation='sdpa'"):
+        _tree_inputs(target, tree, 3, prompt.device)
