@@ -39,7 +39,7 @@ def main() -> None:
     tokenizer = AutoTokenizer.from_pretrained(args.target)
     target = AutoModelForCausalLM.from_pretrained(args.target, dtype=dtype).eval()
     if args.drafter:
-        drafter = hf_specdec.BlockDrafter.from_pretrained(args.drafter, dtype=dtype).eval()
+        drafter = hf_specdec.load_drafter(args.drafter, dtype=dtype).eval()  # any drafter kind, by its config
     else:
         print("no --drafter given: using a fresh, untrained drafter (exact output, tau ~ 1)")
         drafter = hf_specdec.BlockDrafter.for_target(target, block_size=args.block_size).eval()
@@ -63,6 +63,7 @@ def main() -> None:
     print(f"with block drafter  : {n_spec / t_spec:6.2f} tokens/s ({n_spec} tokens, {t_spec:.1f} s)")
     print(f"speedup             : {t_plain / t_spec * n_spec / max(n_plain, 1):.2f}x")
     print(f"tau (tokens/forward): {stats.tau:.2f}   accepted-length histogram: {stats.histogram}")
+    print(f"drafter settings    : {type(drafter).__name__}, block {drafter.config.block_size}, {drafter.decoding}")
     print(f"output identical    : {same}" + ("" if same or dtype == torch.float32 else " (bf16 verify numerics)"))
 
 
