@@ -8,10 +8,11 @@ Plugs into both decoding loops like the plain block drafter: `propose` (argmax c
 from __future__ import annotations
 
 import torch
-from transformers import LogitsProcessorList, TemperatureLogitsWarper
+from transformers import LogitsProcessorList
 
 from ..decoding.candidate_generator import BlockDraftCandidateGenerator
 from ..drafting.modeling_dcoco import CorrectionScores
+from ..sampling.processed import call_temperature
 from ..verification.tree import DraftTree, conditional_best_first_tree
 from .walk import conditional_log_probs, prefix_first_walk, sampled_walk
 
@@ -50,25 +51,9 @@ class DCOCOCandidateGenerator(BlockDraftCandidateGenerator):
         self, input_ids: torch.LongTensor, k: int, branches: int, logits_processor: LogitsProcessorList | None
     ) -> DraftTree:
         scores = self.correction_scores(input_ids, k)
-        draws, q_cand = sampled_walk(scores.first, scores.nxt, _temperature(logits_processor), branches)
+        draws, q_cand = sampled_walk(scores.first, scores.nxt, call_temperature(logits_processor), branches)
         q = q_cand.new_zeros(k, self.vocab_size).scatter_(1, scores.ids, q_cand)  # (k, V) zero off the candidates
-        tree = DraftTree(q=q.to(input_ids.device))
-        tokens = scores.ids.gather(1, draws).tolist()  # (k, branches)
-        trunk = -1
-        for d, row in enumerate(tokens):
-            first = tree.add(row[0], trunk, q_row=d)
-            for token in row[1:]:
-                tree.add(token, trunk, q_row=d)
-            trunk = first
-        return tree
-
-
-def _temperature(logits_processor: LogitsProcessorList | None) -> float:
-    """The call's sampling temperature (the walk's q is sharpened like the target's p)."""
-    for proc in logits_processor or ():
-        if isinstance(proc, TemperatureLogitsWarper):
-            return float(proc.temperature)
-    return 1.0
+        return DraftTree.sampled_chain(scores.ids.gather(1, draws).tolist(), q.to(input_ids.device))
 
 
 __all__ = ["DCOCOCandidateGenerator"]

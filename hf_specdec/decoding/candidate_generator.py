@@ -210,14 +210,7 @@ class BlockDraftCandidateGenerator(CandidateGenerator):
                 rows.append(q_d)
                 picks.append(pick)
             q, draws = torch.cat(rows), torch.cat(picks)
-        tree = DraftTree(q=q)
-        trunk = -1
-        for d, row in enumerate(draws.tolist()):
-            first = tree.add(row[0], trunk, q_row=d)
-            for token in row[1:]:
-                tree.add(token, trunk, q_row=d)
-            trunk = first
-        return tree
+        return DraftTree.sampled_chain(draws.tolist(), q)
 
 
 __all__ = ["BlockDraftCandidateGenerator"]

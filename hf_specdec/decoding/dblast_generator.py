@@ -8,9 +8,10 @@ conditional q(x_s | x_<s) under the mixture (`hf_specdec.sampling.mixture`), sca
 from __future__ import annotations
 
 import torch
-from transformers import LogitsProcessorList, TemperatureLogitsWarper
+from transformers import LogitsProcessorList
 
 from ..sampling.mixture import greedy_component, sample_block
+from ..sampling.processed import call_temperature
 from ..verification.tree import DraftTree, best_first_tree
 from .candidate_generator import BlockDraftCandidateGenerator
 
@@ -41,25 +42,11 @@ class DBLASTCandidateGenerator(BlockDraftCandidateGenerator):
     def sampled_tree(
         self, input_ids: torch.LongTensor, k: int, branches: int, logits_processor: LogitsProcessorList | None
     ) -> DraftTree:
-        log_pi, logq = self.mixture(input_ids, k, _temperature(logits_processor))
+        log_pi, logq = self.mixture(input_ids, k, call_temperature(logits_processor))
         tokens, conditionals = sample_block(log_pi, logq, branches)  # (k, branches), (k, Vd)
         q = conditionals.new_zeros(k, self.vocab_size)
         q[:, self._full_ids(torch.arange(conditionals.shape[1], device=q.device))] = conditionals  # (k, V)
-        tree = DraftTree(q=q.to(input_ids.device))
-        trunk = -1
-        for d, row in enumerate(self._full_ids(tokens).tolist()):
-            first = tree.add(row[0], trunk, q_row=d)
-            for token in row[1:]:
-                tree.add(token, trunk, q_row=d)
-            trunk = first
-        return tree
-
-
-def _temperature(logits_processor: LogitsProcessorList | None) -> float:
-    for proc in logits_processor or ():
-        if isinstance(proc, TemperatureLogitsWarper):
-            return float(proc.temperature)
-    return 1.0
+        return DraftTree.sampled_chain(self._full_ids(tokens).tolist(), q.to(input_ids.device))
 
 
 __all__ = ["DBLASTCandidateGenerator"]

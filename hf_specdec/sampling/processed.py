@@ -52,9 +52,17 @@ def process_rows(
     return torch.cat([logits_processor(context_of(r), logits[r : r + 1]) for r in range(logits.shape[0])])
 
 
+def call_temperature(logits_processor: LogitsProcessorList | None) -> float:
+    """The call's sampling temperature (1.0 when no temperature warper is set)."""
+    for proc in logits_processor or ():
+        if isinstance(proc, TemperatureLogitsWarper):
+            return float(proc.temperature)
+    return 1.0
+
+
 def probabilities(scores: torch.Tensor) -> torch.Tensor:
     """softmax in float32 (-inf scores, e.g. outside top-k, get probability 0)."""
     return torch.softmax(scores.float(), dim=-1)
 
 
-__all__ = ["history_free", "probabilities", "process_rows"]
+__all__ = ["call_temperature", "history_free", "probabilities", "process_rows"]

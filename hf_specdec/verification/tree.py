@@ -69,6 +69,19 @@ class DraftTree:
             node = self.parents[node]
         return path[::-1]
 
+    @classmethod
+    def sampled_chain(cls, draws: list[list[int]], q: torch.Tensor) -> DraftTree:
+        """A chain of sampled drafts with siblings: draws[d] are i.i.d. draws from q[d] at depth d + 1; the first
+        continues the chain, the others are leaves beside it."""
+        tree = cls(q=q)
+        trunk = -1
+        for d, row in enumerate(draws):
+            first = tree.add(row[0], trunk, q_row=d)
+            for token in row[1:]:
+                tree.add(token, trunk, q_row=d)
+            trunk = first
+        return tree
+
     def add_chain(self, tokens: list[int], merge: bool) -> None:
         """Hang a chain of deterministic tokens off the root; with `merge`, share nodes already in the tree (a trie).
 
