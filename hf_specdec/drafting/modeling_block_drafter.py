@@ -233,6 +233,18 @@ class BlockDrafter(BlockDrafterPreTrainedModel):
         return drafter.to(device=target.device, dtype=target.dtype)
 
     @classmethod
+    def with_backbone(cls, drafter: BlockDrafter, head_prefix: str, **head_config) -> BlockDrafter:
+        """A drafter of this class (a block drafter plus a head) with `drafter`'s weights as its backbone and a
+        fresh head under `head_prefix`; `head_config` sets the head's config fields."""
+        known = BlockDrafterConfig.__dataclass_fields__
+        fields = {k: v for k, v in drafter.config.to_dict().items() if k in known}
+        model = cls(cls.config_class(**{**fields, **head_config})).to(device=drafter.device, dtype=drafter.dtype)
+        missing, unexpected = model.load_state_dict(drafter.state_dict(), strict=False)
+        if unexpected or any(not name.startswith(head_prefix) for name in missing):
+            raise ValueError(f"backbone weights do not fit: missing {missing}, unexpected {unexpected}")
+        return model
+
+    @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
         """Load our format or the published DFlash layout (config with `dflash_config`), without remote code."""
         from .dflash_format import config_from_dflash_checkpoint, load_checked

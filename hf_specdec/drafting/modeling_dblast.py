@@ -54,13 +54,7 @@ class DBLASTDrafter(BlockDrafter):
     @classmethod
     def from_block_drafter(cls, drafter: BlockDrafter, **head_kwargs) -> DBLASTDrafter:
         """A DBLAST drafter with `drafter`'s weights as its backbone and a fresh head (drafting like the backbone)."""
-        known = BlockDrafter.config_class.__dataclass_fields__
-        fields = {k: v for k, v in drafter.config.to_dict().items() if k in known}
-        model = cls(DBLASTConfig(**{**fields, **head_kwargs})).to(device=drafter.device, dtype=drafter.dtype)
-        missing, unexpected = model.load_state_dict(drafter.state_dict(), strict=False)
-        if unexpected or any(not name.startswith("mixture_head.") for name in missing):
-            raise ValueError(f"backbone weights do not fit: missing {missing}, unexpected {unexpected}")
-        return model
+        return cls.with_backbone(drafter, "mixture_head.", **head_kwargs)
 
     def mixture(self, hidden: torch.Tensor, unary: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(R,) log pi and (k, R, V) log q_s(. | z) of one block from (k + 1, d) hidden states and (k, V) logits."""

@@ -83,14 +83,7 @@ class DCOCODrafter(BlockDrafter):
     @classmethod
     def from_block_drafter(cls, drafter: BlockDrafter, **corrector_kwargs) -> DCOCODrafter:
         """A DCOCO drafter with `drafter`'s weights as its backbone and a fresh corrector."""
-        known = BlockDrafter.config_class.__dataclass_fields__
-        fields = {k: v for k, v in drafter.config.to_dict().items() if k in known}
-        config = DCOCOConfig(**{**fields, **corrector_kwargs})
-        model = cls(config).to(device=drafter.device, dtype=drafter.dtype)
-        missing, unexpected = model.load_state_dict(drafter.state_dict(), strict=False)
-        if unexpected or any(not name.startswith("corrector.") for name in missing):
-            raise ValueError(f"backbone weights do not fit: missing {missing}, unexpected {unexpected}")
-        return model
+        return cls.with_backbone(drafter, "corrector.", **corrector_kwargs)
 
     def correction_scores(
         self, hidden: torch.Tensor, unary: torch.Tensor, anchor_embed: torch.Tensor, embed: nn.Module

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
+from transformers import AutoConfig, PreTrainedModel
 
 from ..drafting.configuration_dcoco import DCOCOConfig
 from ..drafting.modeling_block_drafter import BlockDrafter
@@ -21,8 +21,7 @@ from ..drafting.modeling_dcoco import DCOCODrafter
 from .config import CorrectorTrainingConfig
 from .data import TrainingSequence
 from .losses import dcoco_selection_loss, position_weights
-from .packing import pack_blocks, sample_anchors
-from .pipeline import device_and_dtype, prepare_sequences
+from .pipeline import load_target, prepare_sequences
 from .trainer import DrafterTrainer
 
 
@@ -43,26 +42,11 @@ class CorrectorTrainer(DrafterTrainer):
         self.state.update(labelled_slots=0, slots_in_candidates=0)
 
     def sequence_loss(self, seq: TrainingSequence, generator: torch.Generator) -> tuple[torch.Tensor, int]:
-        drafter, K = self.drafter, self.drafter.config.block_size
-        T = seq.ids.shape[0]
-        anchors = sample_anchors(T, seq.loss_start, K, self.config.anchors_per_sequence, generator)
-        packed = pack_blocks(
-            seq.ids, anchors, K, drafter.config.mask_token_id, seq.loss_start, drafter.dtype, seq.next_tokens
-        )
-        dev, n = self.device, len(anchors)
+        drafter, K, dev = self.drafter, self.drafter.config.block_size, self.device
         with torch.set_grad_enabled(self.config.joint):
-            noise = self.embed(packed.block_ids.to(self.embed.weight.device)).to(dev, drafter.dtype)[None]
-            hidden = (
-                drafter(
-                    noise_embeds=noise,
-                    target_features=seq.features.to(dev, drafter.dtype)[None],
-                    position_ids=packed.positions.to(dev)[None],
-                    attention_mask=packed.attention_mask.to(dev),
-                )
-                .last_hidden_state[0]
-                .view(n, K, -1)
-            )  # (n, K, H)
+            anchors, packed, hidden = self.packed_pass(seq, generator)  # (n, K, H)
             unary = F.linear(hidden[:, 1:].to(self.head_weight.dtype), self.head_weight)  # (n, K-1, Vd)
+        n = len(anchors)
         Kc = min(self.config.corrector_candidates, unary.shape[-1])
         logq, index = unary.float().log_softmax(dim=-1).topk(Kc, dim=-1)  # (n, K-1, Kc)
         ids = index if drafter.draft_vocab is None else drafter.draft_vocab.to(dev)[index]
@@ -100,12 +84,8 @@ def load_dcoco(config: CorrectorTrainingConfig) -> DCOCODrafter:
 
 def run_corrector_training(config: CorrectorTrainingConfig) -> Path:
     """Train and save the DCOCO drafter to output_dir/drafter; write output_dir/training_log.json."""
-    device, dtype = device_and_dtype(config)
-    target = AutoModelForCausalLM.from_pretrained(config.target, dtype=dtype).to(device).eval()
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(config.target)
-    except (OSError, ValueError):
-        tokenizer = None
+    target, tokenizer = load_target(config)
+    device, dtype = target.device, target.dtype
     drafter = load_dcoco(config).to(device)
     sequences = prepare_sequences(config, target, tokenizer, drafter.config.target_layer_ids)
     trainer = CorrectorTrainer(config, target, drafter, sequences)

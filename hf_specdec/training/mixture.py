@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
+from transformers import AutoConfig, PreTrainedModel
 
 from ..drafting.configuration_dblast import DBLASTConfig
 from ..drafting.modeling_block_drafter import BlockDrafter
@@ -26,8 +26,7 @@ from ..drafting.modeling_dblast import DBLASTDrafter
 from .config import MixtureTrainingConfig
 from .data import TrainingSequence
 from .losses import expected_verified_length_loss, mixture_nll
-from .packing import pack_blocks, sample_anchors
-from .pipeline import device_and_dtype, prepare_sequences
+from .pipeline import load_target, prepare_sequences
 from .trainer import DrafterTrainer
 
 
@@ -68,21 +67,8 @@ class MixtureTrainer(DrafterTrainer):
     def sequence_loss(self, seq: TrainingSequence, generator: torch.Generator) -> tuple[torch.Tensor, int]:
         drafter, K, dev = self.drafter, self.drafter.config.block_size, self.device
         T = seq.ids.shape[0]
-        anchors = sample_anchors(T, seq.loss_start, K, self.config.anchors_per_sequence, generator)
-        n = len(anchors)
-        packed = pack_blocks(seq.ids, anchors, K, drafter.config.mask_token_id, seq.loss_start, drafter.dtype)
         with torch.no_grad():
-            noise = self.embed(packed.block_ids.to(self.embed.weight.device)).to(dev, drafter.dtype)[None]
-            hidden = (
-                drafter(
-                    noise_embeds=noise,
-                    target_features=seq.features.to(dev, drafter.dtype)[None],
-                    position_ids=packed.positions.to(dev)[None],
-                    attention_mask=packed.attention_mask.to(dev),
-                )
-                .last_hidden_state[0]
-                .view(n, K, -1)
-            )  # (n, K, H)
+            anchors, _, hidden = self.packed_pass(seq, generator)  # (n, K, H)
             unary = F.linear(hidden[:, 1:].to(self.head_weight.dtype), self.head_weight).float()  # (n, k, Vd)
         log_pi, offsets = drafter.mixture_head(hidden[:, 0], hidden[:, 1:])  # (n, R), (n, k, R, Vd)
         logq = torch.log_softmax((unary[:, :, None] + offsets.float()) / self.config.temperature, dim=-1)
@@ -120,12 +106,8 @@ def load_dblast(config: MixtureTrainingConfig) -> DBLASTDrafter:
 
 def run_mixture_training(config: MixtureTrainingConfig) -> Path:
     """Train and save the DBLAST drafter to output_dir/drafter; write output_dir/training_log.json."""
-    device, dtype = device_and_dtype(config)
-    target = AutoModelForCausalLM.from_pretrained(config.target, dtype=dtype).to(device).eval()
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(config.target)
-    except (OSError, ValueError):
-        tokenizer = None
+    target, tokenizer = load_target(config)
+    device, dtype = target.device, target.dtype
     drafter = load_dblast(config).to(device)
     sequences = prepare_sequences(config, target, tokenizer, drafter.config.target_layer_ids)
     data = Path(config.data_dir) if config.data_dir else Path(config.output_dir) / "data"

@@ -30,6 +30,18 @@ def device_and_dtype(config: DrafterTrainingConfig) -> tuple[torch.device, torch
     return torch.device("cuda" if cuda else "cpu"), dtype
 
 
+def load_target(config: DrafterTrainingConfig):
+    """The frozen target (on the configured device, in the training dtype) and its tokenizer (None if it has none:
+    a data_file of token ids needs none)."""
+    device, dtype = device_and_dtype(config)
+    target = AutoModelForCausalLM.from_pretrained(config.target, dtype=dtype).to(device).eval()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(config.target)
+    except (OSError, ValueError):
+        tokenizer = None
+    return target, tokenizer
+
+
 def build_drafter(config: DrafterTrainingConfig, target) -> BlockDrafter:
     """The drafter to train, in float32 (master weights): loaded from `config.drafter` or fresh for the target."""
     if config.drafter:
@@ -124,12 +136,8 @@ def frequent_labels(sequences: list[TrainingSequence], n: int) -> torch.LongTens
 
 def run_training(config: DrafterTrainingConfig) -> Path:
     """Train and save the drafter (target dtype) to output_dir/drafter; write output_dir/training_log.json."""
-    device, dtype = device_and_dtype(config)
-    target = AutoModelForCausalLM.from_pretrained(config.target, dtype=dtype).to(device).eval()
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(config.target)
-    except (OSError, ValueError):
-        tokenizer = None  # data_file with token ids needs none
+    target, tokenizer = load_target(config)
+    device, dtype = target.device, target.dtype
     drafter = build_drafter(config, target)
     sequences = prepare_sequences(config, target, tokenizer, drafter.config.target_layer_ids)
     if config.draft_vocab_size and drafter.draft_vocab is None:
@@ -154,4 +162,4 @@ def run_training(config: DrafterTrainingConfig) -> Path:
     return out
 
 
-__all__ = ["build_drafter", "device_and_dtype", "frequent_labels", "prepare_sequences", "run_training"]
+__all__ = ["build_drafter", "device_and_dtype", "load_target", "frequent_labels", "prepare_sequences", "run_training"]

@@ -69,15 +69,14 @@ class DrafterTrainer:
         progress = (step - warm) / max(1, total - warm)
         return self.config.learning_rate * (0.1 + 0.45 * (1 + math.cos(math.pi * progress)))
 
-    def sequence_loss(self, seq: TrainingSequence, generator: torch.Generator) -> tuple[torch.Tensor, int]:
-        """DFlash loss of one sequence's packed blocks, and how many labels it had."""
+    def packed_pass(self, seq: TrainingSequence, generator: torch.Generator):
+        """Random anchors of one sequence, their packed blocks, and the drafter's (n, K, H) hidden states of them."""
         K, T = self.drafter.config.block_size, seq.ids.shape[0]
         anchors = sample_anchors(T, seq.loss_start, K, self.config.anchors_per_sequence, generator)
-        dtype = self.drafter.dtype
+        dtype, dev = self.drafter.dtype, self.device
         packed = pack_blocks(
             seq.ids, anchors, K, self.drafter.config.mask_token_id, seq.loss_start, dtype, seq.next_tokens
         )
-        dev = self.device
         noise = self.embed(packed.block_ids.to(self.embed.weight.device)).to(dev, dtype)[None]  # (1, n*K, H)
         hidden = self.drafter(
             noise_embeds=noise,
@@ -85,11 +84,16 @@ class DrafterTrainer:
             position_ids=packed.positions.to(dev)[None],
             attention_mask=packed.attention_mask.to(dev),
         ).last_hidden_state[0]  # (n*K, H)
-        logits = F.linear(hidden.to(self.head_weight.dtype), self.head_weight)  # (n*K, Vd)
-        labels = packed.labels.to(dev)
+        return anchors, packed, hidden.view(len(anchors), K, -1)
+
+    def sequence_loss(self, seq: TrainingSequence, generator: torch.Generator) -> tuple[torch.Tensor, int]:
+        """DFlash loss of one sequence's packed blocks, and how many labels it had."""
+        _, packed, hidden = self.packed_pass(seq, generator)
+        logits = F.linear(hidden.to(self.head_weight.dtype), self.head_weight)  # (n, K, Vd)
+        labels = packed.labels.to(self.device)
         if self.label_index is not None:
-            labels = torch.where(labels == -100, labels, self.label_index.to(dev)[labels.clamp_min(0)])
-        loss = dflash_decayed_cross_entropy(logits.view(len(anchors), K, -1), labels, self.gamma)
+            labels = torch.where(labels == -100, labels, self.label_index.to(self.device)[labels.clamp_min(0)])
+        loss = dflash_decayed_cross_entropy(logits, labels, self.gamma)
         return loss, int((labels != -100).sum())
 
     def train_step(self) -> float:
