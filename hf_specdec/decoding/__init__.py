@@ -1,1 +1,1 @@
-"""Decoding: the generate() integration, acceptance statistics and the CPU hot-path fix."""
+"""Decoding: the generate() integration (transformers' loop and hf_specdec's own), settings, statistics."""
