@@ -103,6 +103,8 @@ class Settings:
     prompt_lookup: int = 10
     identity_dtype: str | None = "float32"
     temperature: float = 0.0
+    identity_new_tokens: int | None = None  # new tokens per identity call (default: max_new_tokens)
+    identity_all_methods: bool = False  # also check the peers (transformers' own methods), not only hf_specdec
 
     @property
     def do_sample(self) -> bool:
@@ -365,10 +367,12 @@ def mark_agreement(records: list[dict], outputs: dict[str, torch.Tensor]) -> Non
 def identity_pass(target, methods: list[Method], cases: list[Case], settings: Settings) -> list[dict]:
     """One untimed call per method and prompt; each output compared with plain greedy's."""
     records = []
+    n = settings.identity_new_tokens or settings.max_new_tokens
+    checked = [m for m in methods[1:] if settings.identity_all_methods or m.kind == "hf_specdec"]
     for case in tqdm(cases, desc=f"identity ({settings.identity_dtype})"):
-        reference = generate(target, methods[0], case, settings.max_new_tokens, settings)
-        for method in methods[1:]:
-            pos = first_divergence(generate(target, method, case, settings.max_new_tokens, settings), reference)
+        reference = generate(target, methods[0], case, n, settings)
+        for method in checked:
+            pos = first_divergence(generate(target, method, case, n, settings), reference)
             records.append(
                 {
                     "task": case.task,
@@ -390,14 +394,24 @@ def release(models: Models) -> None:
         torch.cuda.empty_cache()
 
 
-def run_benchmark(make_models: Callable[[str], Models], cases: list[Case], settings: Settings) -> dict:
-    """Timing pass in `settings.dtype`, then (optionally) the identity pass with models rebuilt in that dtype."""
+def run_benchmark(
+    make_models: Callable[[str], Models],
+    cases: list[Case],
+    settings: Settings,
+    on_timing_done: Callable[[dict], None] | None = None,
+) -> dict:
+    """Timing pass in `settings.dtype`, then (optionally) the identity pass with models rebuilt in that dtype.
+
+    `on_timing_done` gets the timing-only report before the identity pass starts (so a long identity pass never
+    costs the timing results)."""
     load_at_start = _load_average()
     models = make_models(settings.dtype)
     methods = build_methods(models, settings)
     descriptions = [m.describe() for m in methods]
     target_mib = sum(p.numel() * p.element_size() for p in models.target.parameters()) / 2**20
     calls = timing_pass(models.target, methods, cases, settings)
+    if on_timing_done is not None:
+        on_timing_done(build_report(calls, [], descriptions, target_mib, cases, settings))
     identity = []
     if settings.identity_dtype:
         release(models)
@@ -881,6 +895,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         choices=["float32", "bfloat16", "float16", "none"],
         help="dtype of the separate greedy-identity pass ('none': skip)",
     )
+    p.add_argument(
+        "--identity-new-tokens", type=int, default=None, help="new tokens per identity call (default: --max-new-tokens)"
+    )
+    p.add_argument(
+        "--identity-all-methods",
+        action="store_true",
+        help="check HF assisted and prompt lookup too (default: hf_specdec drafters only)",
+    )
     p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:1, ...")
     p.add_argument(
         "--threads",
@@ -903,6 +925,8 @@ def settings_from_args(args: argparse.Namespace, device: torch.device) -> Settin
         prompt_lookup=args.prompt_lookup,
         identity_dtype=_identity_dtype(args),
         temperature=args.temperature,
+        identity_new_tokens=args.identity_new_tokens,
+        identity_all_methods=args.identity_all_methods,
     )
 
 
@@ -924,7 +948,13 @@ def main(argv: list[str] | None = None) -> int:
     drafters = [DrafterSpec.parse(d, seed=args.seed) for d in args.drafter]
     cases = load_cases(AutoTokenizer.from_pretrained(target_path), args.tasks, args.num_prompts, args.seed)
     settings = settings_from_args(args, device)
-    report = run_benchmark(model_factory(target_path, assistant_path, drafters, device), cases, settings)
+    partial = args.out_dir / "timing_only"
+    report = run_benchmark(
+        model_factory(target_path, assistant_path, drafters, device),
+        cases,
+        settings,
+        on_timing_done=lambda r: print(f"timing report: {write_outputs(r, partial)['json']}"),
+    )
     report["meta"].update(
         command=" ".join(shlex.quote(a) for a in [sys.executable, *sys.argv]) if argv is None else shlex.join(argv),
         target=target_path,

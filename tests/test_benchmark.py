@@ -50,6 +50,7 @@ def report():
         assistant_tokens=3,
         prompt_lookup=4,
         identity_dtype="float32",
+        identity_all_methods=True,
     )
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny matmuls: more threads only add sync cost, and stall badly on a busy CPU
