@@ -784,7 +784,8 @@ class DrafterSpec:
             drafter = hf_specdec.BlockDrafter.for_target(target, block_size=self.block_size).eval()
         else:
             drafter = hf_specdec.load_drafter(self.source, dtype=dtype).to(target.device).eval()
-        drafter.decoding = dict(self.decoding)
+        if self.decoding:  # options override the checkpoint's own settings
+            drafter.decoding = {**drafter.decoding.to_dict(), **dict(self.decoding)}
         return drafter
 
 

@@ -97,7 +97,7 @@ def test_one_tree_forward_equals_each_branch_run_alone(attn):
     ("ids", "ngram", "n", "expected"),
     [
         ([1, 2, 3, 4, 9, 1, 2, 3], 3, 4, [4, 9, 1, 2]),  # 3-gram match
-        ([1, 2, 3, 4, 9, 7, 2, 3, 5, 6, 2, 3], 3, 2, [5, 6]),  # most recent 2-gram match wins
+        ([1, 2, 3, 4, 9, 7, 2, 3, 5, 6, 2, 3], 3, 2, [4, 9]),  # the first 2-gram match wins
         ([5, 6, 7, 8], 3, 4, []),  # nothing repeats
         ([4, 4, 4], 2, 3, [4]),  # overlapping match, clipped at the end
     ],

@@ -9,7 +9,8 @@ import torch
 
 
 def prompt_lookup_candidates(input_ids: torch.LongTensor, max_ngram: int, num_tokens: int) -> list[int]:
-    """Tokens that followed the most recent earlier occurrence of the longest matching suffix n-gram.
+    """Tokens that followed the first occurrence of the longest matching suffix n-gram (as transformers' prompt
+    lookup does: on code, the earliest match is usually the prompt's own text being restated).
 
     Args:
         input_ids: (1, T) committed tokens (prompt and output so far).
@@ -23,7 +24,7 @@ def prompt_lookup_candidates(input_ids: torch.LongTensor, max_ngram: int, num_to
         windows = ids.unfold(0, n, 1)[: T - n]  # (T - n, n) every n-gram that has a token after it
         hits = (windows == ids[T - n :]).all(dim=1).nonzero().flatten()  # start positions
         if hits.numel():
-            start = int(hits[-1]) + n
+            start = int(hits[0]) + n
             return ids[start : start + num_tokens].tolist()
     return []
 
