@@ -60,6 +60,8 @@ class OracleScores:
             for i in range(rank):  # `rank` wrong tokens score above the reference
                 logits[j, (drafts[j] + 1 + i) % self.vocab_size] = 8.0 - 0.1 * i
             logits[j, drafts[j]] = 8.0 - 0.1 * rank
+        if self.draft_vocab is not None:  # scores over the drafter's reduced vocabulary, like the real head
+            logits = logits[:, self.draft_vocab.to(logits.device)]
         return hidden, logits
 
 

@@ -60,9 +60,9 @@ def test_draft_vocab_is_saved_and_loaded(tmp_path):
 
 
 def test_oracle_acceptance_is_kept_with_a_reduced_head(target, prompt):
-    """Oracle drafts bypass scoring; reduced-vocab bookkeeping must not disturb the accept/commit path."""
+    """Scores over a reduced vocabulary map back to the right token ids on the accept/commit path."""
     drafter = oracle(target, prompt, 5, None, 24, eos_token_id=None)
-    drafter.set_draft_vocab(SUBSET)
+    drafter.set_draft_vocab(torch.cat([SUBSET, drafter.reference[0]]))  # the continuation is draftable
     ref = target.generate(prompt, do_sample=False, max_new_tokens=24, eos_token_id=None)
     out = target.generate(prompt, do_sample=False, max_new_tokens=24, eos_token_id=None, assistant_model=drafter)
     assert torch.equal(out, ref)
