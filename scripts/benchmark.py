@@ -949,20 +949,21 @@ def main(argv: list[str] | None = None) -> int:
     drafters = [DrafterSpec.parse(d, seed=args.seed) for d in args.drafter]
     cases = load_cases(AutoTokenizer.from_pretrained(target_path), args.tasks, args.num_prompts, args.seed)
     settings = settings_from_args(args, device)
-    partial = args.out_dir / "timing_only"
+    meta = {
+        "command": " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv]) if argv is None else shlex.join(argv),
+        "target": target_path,
+        "assistant": assistant_path,
+        "drafters": [asdict(d) for d in drafters],
+    }
+
+    def timing_done(partial: dict) -> None:
+        partial["meta"].update(meta, wall_seconds=time.perf_counter() - start)
+        print(f"timing report: {write_outputs(partial, args.out_dir / 'timing_only')['json']}")
+
     report = run_benchmark(
-        model_factory(target_path, assistant_path, drafters, device),
-        cases,
-        settings,
-        on_timing_done=lambda r: print(f"timing report: {write_outputs(r, partial)['json']}"),
+        model_factory(target_path, assistant_path, drafters, device), cases, settings, on_timing_done=timing_done
     )
-    report["meta"].update(
-        command=" ".join(shlex.quote(a) for a in [sys.executable, *sys.argv]) if argv is None else shlex.join(argv),
-        target=target_path,
-        assistant=assistant_path,
-        drafters=[asdict(d) for d in drafters],
-        wall_seconds=time.perf_counter() - start,
-    )
+    report["meta"].update(meta, wall_seconds=time.perf_counter() - start)
     paths = write_outputs(report, args.out_dir)
     print(format_text_table(report))
     print(f"wall time {report['meta']['wall_seconds']:.0f} s; wrote {', '.join(str(p) for p in paths.values())}")
