@@ -66,6 +66,12 @@ def main() -> None:
     parser.add_argument("--run", required=True, help="output_dir of scripts/train_drafter.py")
     parser.add_argument("--name", required=True, help="folder name under drafters/")
     parser.add_argument("--command", required=True, help="the exact training command, recorded in TRAINING.md")
+    parser.add_argument(
+        "--decoding",
+        default=None,
+        help="decode-time default saved with the drafter, as JSON (hf_specdec.DecodingSettings fields); default: "
+        "keep the one the replaced drafter had",
+    )
     args = parser.parse_args()
     run = Path(args.run)
     source = run / "drafter" if (run / "drafter" / "config.json").exists() else run / "checkpoint"
@@ -73,6 +79,11 @@ def main() -> None:
     data = json.loads((run / "data" / "index.json").read_text())
     drafter = BlockDrafter.from_pretrained(source, dtype=torch.bfloat16)
     out = Path("drafters") / args.name
+    previous = out / "config.json"
+    if args.decoding is not None:
+        drafter.decoding = json.loads(args.decoding)
+    elif previous.exists() and json.loads(previous.read_text()).get("decoding"):
+        drafter.decoding = json.loads(previous.read_text())["decoding"]  # a measured default survives retraining
     shutil.rmtree(out, ignore_errors=True)
     drafter.save_pretrained(out)
     size = (out / "model.safetensors").stat().st_size
