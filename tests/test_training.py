@@ -340,3 +340,50 @@ def test_mixture_head_training_raises_expected_acceptance(tmp_path):
     assert all(torch.equal(v, drafter.state_dict()[k]) for k, v in backbone.items())
     with pytest.raises(ValueError, match="temperature"):
         MixtureTrainingConfig(target="tiny", output_dir=str(tmp_path), drafter="x", temperature=0)
+
+
+def test_head_training_pipelines_save_loadable_drafters_and_logs(tmp_path):
+    """run_corrector_training / run_mixture_training end to end on a saved tiny target and drafter."""
+    from hf_specdec import DBLASTDrafter, DCOCODrafter, load_drafter
+    from hf_specdec.training.config import CorrectorTrainingConfig, MixtureTrainingConfig
+    from hf_specdec.training.corrector import run_corrector_training
+    from hf_specdec.training.mixture import run_mixture_training
+
+    target = tiny_target("llama")
+    target.save_pretrained(tmp_path / "target")
+    make_drafter(target, 4).save_pretrained(tmp_path / "drafter")
+    g = torch.Generator().manual_seed(3)
+    lines = [json.dumps({"ids": torch.randint(3, 250, (40,), generator=g).tolist(), "loss_start": 8}) for _ in range(3)]
+    (tmp_path / "data.jsonl").write_text("\n".join(lines))
+    common = dict(
+        target=str(tmp_path / "target"),
+        drafter=str(tmp_path / "drafter"),
+        data_file=str(tmp_path / "data.jsonl"),
+        data_dir=str(tmp_path / "data"),
+        block_size=4,
+        num_steps=3,
+        save_every=2,
+        batch_size=2,
+        anchors_per_sequence=4,
+        dtype="float32",
+    )
+    for run, config, cls, key in [
+        (
+            run_corrector_training,
+            CorrectorTrainingConfig(output_dir=str(tmp_path / "c"), corrector_candidates=32, **common),
+            DCOCODrafter,
+            "candidate_recall",
+        ),
+        (
+            run_mixture_training,
+            MixtureTrainingConfig(
+                output_dir=str(tmp_path / "m"), mixture_components=2, mixture_rank=4, top_m=8, **common
+            ),
+            DBLASTDrafter,
+            "head_parameters",
+        ),
+    ]:
+        out = run(config)
+        assert type(load_drafter(out)) is cls
+        log = json.loads((Path(config.output_dir) / "training_log.json").read_text())
+        assert log["steps"] == 3 and len(log["losses"]) == 3 and key in log and log["supervised_slots"] > 0

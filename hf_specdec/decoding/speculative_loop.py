@@ -11,6 +11,9 @@ Per step (T committed tokens; the last one, the anchor, is not in the target's c
 3) acceptance: greedy walk, or multi-draft speculative sampling with the exact q of every node;
 4) keep only the accepted path in the target's KV cache, and queue its hidden states for the drafter;
 5) commit accepted tokens + one, truncated at max_length, EOS and any other stopping criterion.
+
+Host syncs per step: the tree's token ids (drafter top-k or draws) and the walk's decisions (greedy: the target's
+argmax rows, once; sampling: one per child tried). No loop touches the vocabulary dimension.
 """
 
 from __future__ import annotations

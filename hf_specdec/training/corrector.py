@@ -21,7 +21,7 @@ from ..drafting.modeling_dcoco import DCOCODrafter
 from .config import CorrectorTrainingConfig
 from .data import TrainingSequence
 from .losses import dcoco_selection_loss, position_weights
-from .pipeline import load_target, prepare_sequences
+from .pipeline import load_target, prepare_sequences, train_and_save
 from .trainer import DrafterTrainer
 
 
@@ -85,28 +85,14 @@ def load_dcoco(config: CorrectorTrainingConfig) -> DCOCODrafter:
 def run_corrector_training(config: CorrectorTrainingConfig) -> Path:
     """Train and save the DCOCO drafter to output_dir/drafter; write output_dir/training_log.json."""
     target, tokenizer = load_target(config)
-    device, dtype = target.device, target.dtype
-    drafter = load_dcoco(config).to(device)
+    drafter = load_dcoco(config).to(target.device)
     sequences = prepare_sequences(config, target, tokenizer, drafter.config.target_layer_ids)
     trainer = CorrectorTrainer(config, target, drafter, sequences)
-    resumed = config.resume and trainer.resume()
-    state = trainer.train()
-    out = Path(config.output_dir) / "drafter"
-    drafter.requires_grad_(True)
-    drafter.to(dtype).save_pretrained(out)
-    log = {
-        "resumed": bool(resumed),
-        "steps": state["step"],
-        "train_seconds": state["elapsed_s"],
-        "supervised_slots": state["supervised_tokens"],
-        "candidate_recall": trainer.candidate_recall,
-        "corrector_parameters": sum(p.numel() for p in drafter.corrector.parameters()),
-        "sequences": len(sequences),
-        "losses": state["losses"],
-        "device": str(device),
-        "dtype": str(dtype),
-    }
-    (Path(config.output_dir) / "training_log.json").write_text(json.dumps(log, indent=1))
+    extra = {"corrector_parameters": sum(p.numel() for p in drafter.corrector.parameters())}
+    out = train_and_save(config, trainer, len(sequences), extra, supervised_key="supervised_slots")
+    log_path = Path(config.output_dir) / "training_log.json"
+    log = json.loads(log_path.read_text())
+    log_path.write_text(json.dumps({**log, "candidate_recall": trainer.candidate_recall}, indent=1))
     return out
 
 

@@ -10,7 +10,6 @@ own tokens (teacher prefixes) it computes the mixture's exact conditionals q(x_s
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -26,7 +25,7 @@ from ..drafting.modeling_dblast import DBLASTDrafter
 from .config import MixtureTrainingConfig
 from .data import TrainingSequence
 from .losses import expected_verified_length_loss, mixture_nll
-from .pipeline import load_target, prepare_sequences
+from .pipeline import load_target, prepare_sequences, train_and_save
 from .trainer import DrafterTrainer
 
 
@@ -107,32 +106,15 @@ def load_dblast(config: MixtureTrainingConfig) -> DBLASTDrafter:
 def run_mixture_training(config: MixtureTrainingConfig) -> Path:
     """Train and save the DBLAST drafter to output_dir/drafter; write output_dir/training_log.json."""
     target, tokenizer = load_target(config)
-    device, dtype = target.device, target.dtype
-    drafter = load_dblast(config).to(device)
+    drafter = load_dblast(config).to(target.device)
     sequences = prepare_sequences(config, target, tokenizer, drafter.config.target_layer_ids)
     data = Path(config.data_dir) if config.data_dir else Path(config.output_dir) / "data"
     probs = cache_target_probs(
         target, sequences, data / f"p-T{config.temperature:g}-m{config.top_m}", config.temperature, config.top_m
     )
     trainer = MixtureTrainer(config, target, drafter, sequences, probs)
-    resumed = config.resume and trainer.resume()
-    state = trainer.train()
-    out = Path(config.output_dir) / "drafter"
-    drafter.requires_grad_(True)
-    drafter.to(dtype).save_pretrained(out)
-    log = {
-        "resumed": bool(resumed),
-        "steps": state["step"],
-        "train_seconds": state["elapsed_s"],
-        "supervised_slots": state["supervised_tokens"],
-        "head_parameters": sum(p.numel() for p in drafter.mixture_head.parameters()),
-        "sequences": len(sequences),
-        "losses": state["losses"],
-        "device": str(device),
-        "dtype": str(dtype),
-    }
-    (Path(config.output_dir) / "training_log.json").write_text(json.dumps(log, indent=1))
-    return out
+    extra = {"head_parameters": sum(p.numel() for p in drafter.mixture_head.parameters())}
+    return train_and_save(config, trainer, len(sequences), extra, supervised_key="supervised_slots")
 
 
 __all__ = ["MixtureTrainer", "cache_target_probs", "load_dblast", "run_mixture_training"]

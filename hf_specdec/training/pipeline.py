@@ -137,29 +137,51 @@ def frequent_labels(sequences: list[TrainingSequence], n: int) -> torch.LongTens
 def run_training(config: DrafterTrainingConfig) -> Path:
     """Train and save the drafter (target dtype) to output_dir/drafter; write output_dir/training_log.json."""
     target, tokenizer = load_target(config)
-    device, dtype = target.device, target.dtype
     drafter = build_drafter(config, target)
     sequences = prepare_sequences(config, target, tokenizer, drafter.config.target_layer_ids)
     if config.draft_vocab_size and drafter.draft_vocab is None:
         drafter.set_draft_vocab(frequent_labels(sequences, config.draft_vocab_size))
     trainer = DrafterTrainer(config, target, drafter, sequences)
+    extra = {"sequence_tokens": sum(int(s.ids.shape[0]) for s in sequences)}
+    return train_and_save(config, trainer, len(sequences), extra)
+
+
+def train_and_save(
+    config: DrafterTrainingConfig,
+    trainer: DrafterTrainer,
+    num_sequences: int,
+    extra_log: dict,
+    supervised_key: str = "supervised_tokens",
+) -> Path:
+    """Resume if asked, train, save the drafter (target dtype) to output_dir/drafter and write
+    output_dir/training_log.json (steps, time, supervised count, losses, plus `extra_log`)."""
     resumed = config.resume and trainer.resume()
     state = trainer.train()
+    drafter, target = trainer.drafter, trainer.target
     out = Path(config.output_dir) / "drafter"
-    drafter.to(dtype).save_pretrained(out)
+    drafter.requires_grad_(True)  # heads were trained with a frozen backbone; the saved model is whole
+    drafter.to(target.dtype).save_pretrained(out)
     log = {
         "resumed": bool(resumed),
         "steps": state["step"],
         "train_seconds": state["elapsed_s"],
-        "supervised_tokens": state["supervised_tokens"],
-        "sequences": len(sequences),
-        "sequence_tokens": sum(int(s.ids.shape[0]) for s in sequences),
+        supervised_key: state["supervised_tokens"],
+        **extra_log,
+        "sequences": num_sequences,
         "losses": state["losses"],
-        "device": str(device),
-        "dtype": str(dtype),
+        "device": str(target.device),
+        "dtype": str(target.dtype),
     }
     (Path(config.output_dir) / "training_log.json").write_text(json.dumps(log, indent=1))
     return out
 
 
-__all__ = ["build_drafter", "device_and_dtype", "load_target", "frequent_labels", "prepare_sequences", "run_training"]
+__all__ = [
+    "build_drafter",
+    "device_and_dtype",
+    "frequent_labels",
+    "load_target",
+    "prepare_sequences",
+    "run_training",
+    "train_and_save",
+]
