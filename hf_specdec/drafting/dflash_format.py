@@ -1,22 +1,52 @@
-"""Reading published DFlash checkpoints (the z-lab layout) and guarding checkpoint loads.
+"""The published DFlash checkpoint layout (z-lab): reading it into a `BlockDrafter`, writing a drafter out in it,
+and guarding checkpoint loads.
 
 A z-lab DFlash checkpoint is a Qwen3-style `config.json` (`"architectures": ["DFlashDraftModel"]`) with
 `block_size`, `num_target_layers` and a `dflash_config` holding `mask_token_id` and `target_layer_ids`, plus
 weights named `fc`, `hidden_norm`, `layers.N.self_attn.{q,k,v,o}_proj`, `q_norm`, `k_norm`, `layers.N.mlp.*`
 and `norm`. Our `BlockDrafter` uses the same weight names, so only the config needs translating; the weights
 load as they are and no remote code runs.
+
+`export_dflash` is the inverse: it writes that config and those weights, which is what the DFlash loaders of the
+serving stacks read (checked against vLLM `vllm/model_executor/models/qwen3_dflash.py` @ 036a00d,
+`vllm/config/speculative.py` @ 002e77c, `vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py` @ 0cfdd2e, and
+SGLang `python/sglang/srt/models/dflash.py` @ 003b23d, `python/sglang/srt/speculative/dflash_utils.py` @ 00731f0):
+
+- vLLM picks its DFlash model from `architectures == ["DFlashDraftModel"]`, reads `dflash_config.mask_token_id`
+  and `dflash_config.target_layer_ids` (0-based, "output of layer l"; it adds 1 itself, so the export must not
+  write `eagle_aux_hidden_state_layer_ids`, which vLLM reads first and with the other convention), prefixes every
+  tensor with `model.` and fuses q/k/v and gate/up itself. SGLang reads the same `dflash_config` fields and
+  `block_size`, and ignores tensors it has no parameter for.
+- A reduced draft vocabulary (our `draft_vocab`) is written the way vLLM's DFlash loader reads one (EAGLE-3
+  style): `draft_vocab_size` in the config, `d2t` (draft id -> target id offset, `target = draft + d2t[draft]`),
+  `t2d` (a boolean mask over the target vocabulary; vLLM skips it) and `lm_head.weight`, the target LM-head rows
+  the drafter scores (vLLM shares the target's full head only when the checkpoint has none). SGLang ignores
+  these tensors and drafts over the full target vocabulary: output is still exact, acceptance may differ.
+
+Not part of the layout, so not exported: decode-time settings (`config.decoding`), the target's identity fields
+(`target_model_type`, name, revision) and the heads of DCOCO/DBLAST drafters (only their block backbone is
+exported). No `auto_map`/remote code is written: vLLM, SGLang and hf_specdec load the layout natively.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Callable
+from pathlib import Path
 
-from safetensors import SafetensorError
+import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file
+from transformers import PreTrainedModel
 from transformers.utils import cached_file
 
 from .configuration_block_drafter import BlockDrafterConfig
+
+logger = logging.getLogger(__name__)
+
+DFLASH_ARCHITECTURE = "DFlashDraftModel"
 
 _ARCH_FIELDS = (
     "hidden_size",
@@ -30,6 +60,20 @@ _ARCH_FIELDS = (
     "attention_bias",
     "max_position_embeddings",
 )
+_LAYER_TENSORS = (
+    "self_attn.q_proj",
+    "self_attn.k_proj",
+    "self_attn.v_proj",
+    "self_attn.o_proj",
+    "self_attn.q_norm",
+    "self_attn.k_norm",
+    "mlp.gate_proj",
+    "mlp.up_proj",
+    "mlp.down_proj",
+    "input_layernorm",
+    "post_attention_layernorm",
+)
+_BIASED = ("q_proj", "k_proj", "v_proj", "o_proj")
 
 
 def is_dflash_config(config: dict) -> bool:
@@ -59,27 +103,56 @@ def block_drafter_config_from_dflash(config: dict) -> BlockDrafterConfig:
         target_vocab_size=config.get("vocab_size"),
         target_hidden_size=config.get("hidden_size"),
         target_name_or_path=config.get("target_model_name_or_path") or config.get("base_model"),
+        draft_vocab_size=config["draft_vocab_size"] if _has_draft_vocab(config) else None,
     )
+
+
+def _has_draft_vocab(config: dict) -> bool:
+    """vLLM reads a missing `draft_vocab_size`, or one equal to `vocab_size`, as the full vocabulary."""
+    return config.get("draft_vocab_size") not in (None, config.get("vocab_size"))
 
 
 def config_from_dflash_checkpoint(path: str | os.PathLike, **hub_kwargs) -> BlockDrafterConfig | None:
     """The translated config if `path` holds a DFlash-layout checkpoint, else None (our own format)."""
+    config = _read_config(path, **hub_kwargs)
+    return block_drafter_config_from_dflash(config) if config is not None and is_dflash_config(config) else None
+
+
+def _read_config(path: str | os.PathLike, **hub_kwargs) -> dict | None:
     config_file = cached_file(str(path), "config.json", _raise_exceptions_for_missing_entries=False, **hub_kwargs)
     if config_file is None:
         return None
     with open(config_file, encoding="utf-8") as f:
         try:
-            config = json.load(f)
+            return json.load(f)
         except json.JSONDecodeError as err:
             raise ValueError(f"{config_file} is not valid JSON ({err}); re-save or re-download the drafter.") from err
-    return block_drafter_config_from_dflash(config) if is_dflash_config(config) else None
+
+
+def draft_vocab_from_dflash_checkpoint(path: str | os.PathLike, **hub_kwargs) -> torch.LongTensor | None:
+    """(Vd,) target ids of a DFlash checkpoint's reduced vocabulary (from its `d2t`), or None when it has none."""
+    config = _read_config(path, **hub_kwargs)
+    if config is None or not is_dflash_config(config) or not _has_draft_vocab(config):
+        return None
+    weights = cached_file(str(path), "model.safetensors", _raise_exceptions_for_missing_entries=False, **hub_kwargs)
+    if weights is None:
+        raise ValueError(f"{path!s} sets draft_vocab_size but has no single model.safetensors to read `d2t` from.")
+    with safe_open(weights, "pt") as f:
+        if "d2t" not in f.keys():
+            raise ValueError(f"{path!s} sets draft_vocab_size but has no `d2t` tensor mapping draft to target ids.")
+        d2t = f.get_tensor("d2t").long()  # (Vd,) offsets: target id = draft id + d2t[draft id]
+    return torch.arange(len(d2t)) + d2t
 
 
 def load_checked(load: Callable, path, *args, **kwargs):
-    """Call a `from_pretrained` with safetensors only, turning a damaged weight file into a clear error."""
+    """Call a `from_pretrained` with safetensors only, turning a damaged weight file into a clear error.
+
+    A DFlash-layout checkpoint with a reduced vocabulary keeps it as `d2t` offsets, not as our `draft_vocab`
+    buffer; it is restored from there after loading.
+    """
     kwargs.setdefault("use_safetensors", True)
     try:
-        return load(path, *args, **kwargs)
+        model = load(path, *args, **kwargs)
     except (SafetensorError, OSError, ValueError, RuntimeError) as err:
         text = str(err)
         if isinstance(err, SafetensorError) or "deserializ" in text.lower() or "header" in text.lower():
@@ -89,6 +162,135 @@ def load_checked(load: Callable, path, *args, **kwargs):
                 f"truncated ({first_line}). Re-download it or save it again with `save_pretrained`."
             ) from err
         raise
+    if getattr(model.config, "draft_vocab_size", None) is not None:
+        hub = {k: kwargs[k] for k in ("revision", "cache_dir", "token", "local_files_only", "subfolder") if k in kwargs}
+        ids = draft_vocab_from_dflash_checkpoint(path, **hub)
+        if ids is not None:
+            model.draft_vocab = ids.to(model.fc.weight.device)
+    return model
 
 
-__all__ = ["block_drafter_config_from_dflash", "config_from_dflash_checkpoint", "is_dflash_config", "load_checked"]
+def dflash_weight_names(config: BlockDrafterConfig) -> list[str]:
+    """Tensor names of a DFlash checkpoint of this shape, the backbone only (what vLLM and SGLang load)."""
+    names = ["fc.weight", "hidden_norm.weight", "norm.weight"]
+    for i in range(config.num_hidden_layers):
+        for tensor in _LAYER_TENSORS:
+            names.append(f"layers.{i}.{tensor}.weight")
+            if config.attention_bias and tensor.endswith(_BIASED):
+                names.append(f"layers.{i}.{tensor}.bias")
+    return names
+
+
+def dflash_config_from_block_drafter(config: BlockDrafterConfig) -> dict:
+    """The z-lab DFlash `config.json` dict of a drafter (inverse of `block_drafter_config_from_dflash`).
+
+    RoPE is written in the legacy `rope_theta`/`rope_scaling` form, which transformers 4.x (the z-lab code, older
+    serving stacks) reads as is and transformers 5 converts to `rope_parameters`.
+    """
+    if config.vocab_size is None:
+        raise ValueError("the drafter's config has no vocab_size (the target's); set it before exporting.")
+    rope = dict(config.rope_parameters or {})
+    rope_theta = rope.pop("rope_theta", BlockDrafterConfig.default_theta)
+    out = {
+        "architectures": [DFLASH_ARCHITECTURE],
+        "model_type": "qwen3",
+        "block_size": config.block_size,
+        "dflash_config": {"mask_token_id": config.mask_token_id, "target_layer_ids": list(config.target_layer_ids)},
+        **({"num_target_layers": config.target_num_hidden_layers} if config.target_num_hidden_layers else {}),
+        **{k: getattr(config, k) for k in _ARCH_FIELDS},
+        "attention_dropout": config.attention_dropout,
+        "rope_theta": rope_theta,
+        "rope_scaling": None if rope.get("rope_type", "default") == "default" and len(rope) <= 1 else rope,
+        "vocab_size": config.vocab_size,
+        "tie_word_embeddings": False,
+        "layer_types": ["full_attention"] * config.num_hidden_layers,
+    }
+    if config.draft_vocab_size is not None:
+        out["draft_vocab_size"] = config.draft_vocab_size
+    return out
+
+
+def draft_vocab_tensors(draft_vocab: torch.Tensor, vocab_size: int, lm_head_weight: torch.Tensor) -> dict:
+    """EAGLE-3-style maps of a reduced vocabulary: `d2t` (Vd,) offsets, `t2d` (V,) mask, `lm_head.weight` (Vd, H)."""
+    ids = draft_vocab.long().cpu()  # (Vd,) sorted target ids
+    t2d = torch.zeros(vocab_size, dtype=torch.bool)
+    t2d[ids] = True
+    return {
+        "d2t": ids - torch.arange(len(ids)),
+        "t2d": t2d,
+        "lm_head.weight": lm_head_weight.detach().index_select(0, ids.to(lm_head_weight.device)).cpu(),
+    }
+
+
+def _check_block_drafter(drafter) -> None:
+    from .modeling_block_drafter import BlockDrafter
+
+    if not isinstance(drafter, BlockDrafter):
+        raise TypeError(
+            f"only block drafters export to the DFlash layout, got {type(drafter).__name__}. "
+            "Load one with `hf_specdec.load_drafter(path)`."
+        )
+
+
+def dflash_state_dict(drafter, target: PreTrainedModel | None = None) -> dict[str, torch.Tensor]:
+    """The drafter's tensors under DFlash names; a drafter with a draft vocabulary needs its `target` (LM head)."""
+    _check_block_drafter(drafter)
+    state = drafter.state_dict()
+    names = dflash_weight_names(drafter.config)
+    dropped = sorted({k.split(".")[0] for k in state if k not in names and k != "draft_vocab"})
+    if dropped:
+        logger.warning(
+            "exporting only the block backbone of this %s: %s is not part of the DFlash layout, so vLLM and SGLang "
+            "will draft with the backbone alone",
+            type(drafter).__name__,
+            ", ".join(dropped),
+        )
+    out = {name: state[name].detach().cpu().contiguous() for name in names}
+    if drafter.config.draft_vocab_size is not None:
+        if target is None:
+            raise ValueError(
+                "this drafter scores a reduced draft vocabulary; the DFlash layout ships those rows of the target's "
+                "LM head (`lm_head.weight`), so pass the target: export_dflash(drafter, out_dir, target=target)."
+            )
+        from .target_features import check_drafter_matches_target
+
+        check_drafter_matches_target(drafter.config, target)
+        maps = draft_vocab_tensors(
+            drafter.draft_vocab, drafter.config.vocab_size, target.get_output_embeddings().weight
+        )
+        maps["lm_head.weight"] = maps["lm_head.weight"].to(out["fc.weight"].dtype)
+        out |= maps
+    return out
+
+
+def export_dflash(drafter, out_dir: str | os.PathLike, target: PreTrainedModel | None = None) -> Path:
+    """Write `drafter` to `out_dir` in the published DFlash layout (`config.json` + `model.safetensors`).
+
+    The folder is what vLLM (`--speculative-config '{"method": "dflash", "model": out_dir, ...}'`) and SGLang
+    (`--speculative-algorithm DFLASH --speculative-draft-model-path out_dir`) load as a DFlash drafter, and what
+    `BlockDrafter.from_pretrained` / `hf_specdec.load_drafter` read back into an identical drafter.
+    """
+    _check_block_drafter(drafter)
+    config = dflash_config_from_block_drafter(drafter.config)
+    tensors = dflash_state_dict(drafter, target)
+    config["torch_dtype"] = str(tensors["fc.weight"].dtype).removeprefix("torch.")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    return out
+
+
+__all__ = [
+    "DFLASH_ARCHITECTURE",
+    "block_drafter_config_from_dflash",
+    "config_from_dflash_checkpoint",
+    "dflash_config_from_block_drafter",
+    "dflash_state_dict",
+    "dflash_weight_names",
+    "draft_vocab_from_dflash_checkpoint",
+    "draft_vocab_tensors",
+    "export_dflash",
+    "is_dflash_config",
+    "load_checked",
+]
