@@ -29,7 +29,7 @@ from ..drafting.prompt_lookup import prompt_lookup_candidates
 from ..drafting.target_features import tapped_features
 from ..sampling.processed import probabilities, process_rows
 from ..verification.acceptance import greedy_walk, speculative_walk
-from ..verification.tree import DraftTree, tree_attention_mask, tree_position_ids
+from ..verification.tree import DraftTree, mask_for_attention, tree_attention_mask, tree_position_ids
 from .registry import generator_class_for
 from .settings import DecodingSettings
 
@@ -172,24 +172,8 @@ def _tree_inputs(target: PreTrainedModel, tree: DraftTree, root_position: int, d
     if tree.is_chain():
         return None, torch.arange(root_position, root_position + len(tree) + 1, device=device)[None]
     positions = tree_position_ids(tree, root_position, device)
-    impl = target.config._attn_implementation
-    if impl == "sdpa":
-        return tree_attention_mask(tree, root_position, target.dtype, device, boolean=True), positions
-    if impl == "eager":
-        return tree_attention_mask(tree, root_position, target.dtype, device, boolean=False), positions
-    if impl == "flex_attention":
-        from torch.nn.attention.flex_attention import create_block_mask
-
-        allowed = tree_attention_mask(tree, root_position, target.dtype, device, boolean=True)[0, 0]
-        n, total = allowed.shape
-        block = create_block_mask(
-            lambda b, h, q, kv: allowed[q, kv], B=None, H=None, Q_LEN=n, KV_LEN=total, device=device
-        )
-        return block, positions
-    raise ValueError(
-        f"tree verification needs an attention implementation that takes a custom mask (sdpa, eager or "
-        f"flex_attention); the target uses {impl!r}. Load it with attn_implementation='sdpa', or use a chain."
-    )
+    allowed = tree_attention_mask(tree, root_position, target.dtype, device, boolean=True)[0, 0]
+    return mask_for_attention(allowed, target.config._attn_implementation, target.dtype), positions
 
 
 def _keep_rows(cache, prefix_len: int, rows: list[int], chain: bool, fed: int) -> None:

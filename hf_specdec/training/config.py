@@ -66,6 +66,20 @@ class DrafterTrainingConfig:
     dtype: str = field(default="auto", metadata={"help": "target dtype: auto (bf16 on CUDA and CPU), float32"})
     device: str = field(default="auto", metadata={"help": "auto, cpu or cuda"})
     resume: bool = field(default=True, metadata={"help": "continue from output_dir/checkpoint when present"})
+    lora_rank: int = field(default=0, metadata={"help": "LoRA rank of the drafter's adapters; 0: full fine-tuning"})
+    lora_alpha: float = field(default=16.0, metadata={"help": "LoRA scaling numerator (alpha / rank)"})
+    lora_dropout: float = field(default=0.0, metadata={"help": "dropout on the LoRA path"})
+    lora_target_modules: list[str] = field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        metadata={"help": "drafter module names that get adapters (peft target_modules)"},
+    )
+    push_to_hub: str | None = field(
+        default=None, metadata={"help": "Hub repo id (org/name) to publish the trained drafter and its card to"}
+    )
+    hub_target_id: str | None = field(
+        default=None, metadata={"help": "the target's Hub id for the card's base_model (needed for a local target)"}
+    )
+    hub_target_revision: str | None = field(default=None, metadata={"help": "the target's Hub revision, if pinned"})
 
     def __post_init__(self) -> None:
         positive = (
@@ -99,6 +113,12 @@ class DrafterTrainingConfig:
             raise ValueError(f"dtype must be auto, bfloat16 or float32, got {self.dtype!r}")
         if self.device not in ("auto", "cpu", "cuda"):
             raise ValueError(f"device must be auto, cpu or cuda, got {self.device!r}")
+        if self.lora_rank < 0 or self.lora_alpha <= 0 or not 0 <= self.lora_dropout < 1:
+            raise ValueError("lora_rank must be >= 0 (0: full fine-tuning), lora_alpha > 0, lora_dropout in [0, 1)")
+        if self.lora_rank and not self.lora_target_modules:
+            raise ValueError("lora_target_modules is empty: name the drafter modules that get adapters")
+        if self.push_to_hub is not None and self.push_to_hub.count("/") != 1:
+            raise ValueError(f"push_to_hub must be a Hub repo id 'org/name', got {self.push_to_hub!r}")
         unknown = set(self.corpus) - {"sharegpt", "stdlib"}
         if unknown and self.data_file is None:
             raise ValueError(f"unknown corpus {sorted(unknown)}; choose from sharegpt, stdlib or pass data_file")
@@ -142,4 +162,31 @@ class MixtureTrainingConfig(DrafterTrainingConfig):
             raise ValueError("nll_weight and balance_weight must be >= 0")
 
 
-__all__ = ["CorrectorTrainingConfig", "DrafterTrainingConfig", "MixtureTrainingConfig"]
+@dataclass
+class OnPolicyTrainingConfig(DrafterTrainingConfig):
+    """On-policy distillation of a drafter (block, DCOCO or DBLAST) with the E2E-TV loss: SpecOPD (branches of the
+    drafter's own policy packed into proposal trees, one tree-masked target pass) or sequential OPD (draft, verify,
+    commit, supervise) as the baseline."""
+
+    objective: str = field(default="specopd", metadata={"help": "specopd or sequential_opd"})
+    branches: int = field(default=4, metadata={"help": "M: branches drawn per anchor (argmax path + samples)"})
+    tree_anchors: int = field(default=8, metadata={"help": "anchors per sequence that get proposal trees"})
+    temperature: float = field(default=1.0, metadata={"help": "temperature of the teacher p and of branch sampling"})
+    ce_weight: float = field(default=0.1, metadata={"help": "weight of the DFlash cross-entropy on trunk anchors"})
+    rollout_rounds: int = field(
+        default=8, metadata={"help": "sequential_opd: speculative steps rolled out per sequence per optimizer step"}
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.objective not in ("specopd", "sequential_opd"):
+            raise ValueError(f"objective must be specopd or sequential_opd, got {self.objective!r}")
+        if self.branches < 1 or self.tree_anchors < 1 or self.rollout_rounds < 1:
+            raise ValueError("branches, tree_anchors and rollout_rounds must be >= 1")
+        if self.temperature <= 0:
+            raise ValueError(f"temperature must be > 0, got {self.temperature}")
+        if self.ce_weight < 0:
+            raise ValueError(f"ce_weight must be >= 0, got {self.ce_weight}")
+
+
+__all__ = ["CorrectorTrainingConfig", "DrafterTrainingConfig", "MixtureTrainingConfig", "OnPolicyTrainingConfig"]

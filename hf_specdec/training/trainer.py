@@ -9,6 +9,8 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from accelerate import Accelerator, PartialState
+from torch import nn
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
@@ -59,6 +61,10 @@ class DrafterTrainer:
             params, lr=config.learning_rate, betas=(0.9, 0.95), weight_decay=config.weight_decay
         )
         self.checkpoint_dir = Path(config.output_dir) / "checkpoint"
+        self.processes = PartialState()  # one process, or one of `accelerate launch`'s
+        self.step_loss = StepLoss(self)
+        if self.processes.num_processes > 1:
+            self.step_loss = Accelerator().prepare_model(self.step_loss)  # DDP: gradients averaged over processes
         self.state = {"step": 0, "losses": [], "elapsed_s": 0.0, "supervised_tokens": 0}
 
     def learning_rate(self, step: int) -> float:
@@ -96,23 +102,29 @@ class DrafterTrainer:
         loss = dflash_decayed_cross_entropy(logits, labels, self.gamma)
         return loss, int((labels != -100).sum())
 
+    def pick_generator(self, step: int, position: int) -> torch.Generator:
+        """The randomness of the step's `position`-th sequence: the same in any process layout."""
+        return torch.Generator().manual_seed((self.config.seed * 1_000_003 + step) * 1009 + position)
+
+    def step_picks(self, step: int) -> list[int]:
+        """Indices of the step's sequences, all processes together (batch_size per process)."""
+        generator = torch.Generator().manual_seed(self.config.seed * 1_000_003 + step)
+        total = self.config.batch_size * self.processes.num_processes
+        return torch.randint(len(self.sequences), (total,), generator=generator).tolist()
+
     def train_step(self) -> float:
         step = self.state["step"]
-        generator = torch.Generator().manual_seed(self.config.seed * 1_000_003 + step)
-        picks = torch.randint(len(self.sequences), (self.config.batch_size,), generator=generator).tolist()
+        picks = self.step_picks(step)
+        rank, world = self.processes.process_index, self.processes.num_processes
         for group in self.optimizer.param_groups:
             group["lr"] = self.learning_rate(step)
         self.optimizer.zero_grad(set_to_none=True)
-        total = 0.0
-        for i in picks:
-            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
-                loss, labelled = self.sequence_loss(self.sequences[i], generator)
-            (loss / len(picks)).backward()
-            total += float(loss.detach()) / len(picks)
-            self.state["supervised_tokens"] += labelled
+        loss, labelled = self.step_loss(step, list(range(rank, len(picks), world)), picks)
+        loss.backward()
+        self.state["supervised_tokens"] += labelled
         torch.nn.utils.clip_grad_norm_(self.drafter.parameters(), self.config.max_grad_norm)
         self.optimizer.step()
-        return total
+        return float(loss.detach())
 
     def resume(self) -> bool:
         """Load the last checkpoint in output_dir if there is one; True when training continues from it."""
@@ -123,11 +135,19 @@ class DrafterTrainer:
         return True
 
     def save(self) -> None:
+        if not self.processes.is_main_process:
+            return
         save_checkpoint(self.checkpoint_dir, self.drafter, self.optimizer, self.state)
 
     def train(self, on_step_end: Callable[[int, float], None] | None = None) -> dict:
         """Run to `num_steps`, checkpointing on the way; returns the trainer state (losses, time, tokens)."""
-        bar = tqdm(total=self.config.num_steps, initial=self.state["step"], desc="train drafter", unit="step")
+        bar = tqdm(
+            total=self.config.num_steps,
+            initial=self.state["step"],
+            desc="train drafter",
+            unit="step",
+            disable=not self.processes.is_main_process,
+        )
         while self.state["step"] < self.config.num_steps:
             start = time.perf_counter()
             loss = self.train_step()
@@ -145,4 +165,26 @@ class DrafterTrainer:
         return self.state
 
 
-__all__ = ["DrafterTrainer"]
+class StepLoss(nn.Module):
+    """The loss of one process's share of a step, as a module, so DDP (`accelerate launch`) can wrap it: every
+    trained parameter (backbone, LoRA adapters, DCOCO/DBLAST heads) is used inside its forward, and the frozen target
+    is not a submodule."""
+
+    def __init__(self, trainer: DrafterTrainer) -> None:
+        super().__init__()
+        self.drafter = trainer.drafter
+        object.__setattr__(self, "trainer", trainer)  # not a submodule: DDP must not see the target
+
+    def forward(self, step: int, positions: list[int], picks: list[int]) -> tuple[torch.Tensor, int]:
+        """Mean loss over this process's sequences (DDP's gradient average then gives the global batch mean)."""
+        trainer, total, labelled = self.trainer, 0.0, 0
+        for position in positions:
+            generator = trainer.pick_generator(step, position)
+            with torch.autocast(trainer.device.type, dtype=torch.bfloat16, enabled=trainer.autocast):
+                loss, count = trainer.sequence_loss(trainer.sequences[picks[position]], generator)
+            total = total + loss / len(positions)
+            labelled += count
+        return total, labelled
+
+
+__all__ = ["DrafterTrainer", "StepLoss"]

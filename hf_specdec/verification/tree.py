@@ -174,9 +174,40 @@ def tree_attention_mask(
     return mask.masked_fill_(~allowed, torch.finfo(dtype).min)
 
 
+def mask_for_attention(allowed: torch.Tensor, implementation: str, dtype: torch.dtype):
+    """A (Q, KV) bool visibility matrix (True = attend) as the mask `implementation` takes.
+
+    sdpa: (1, 1, Q, KV) bool; eager: additive float (a bool mask there is silently wrong); flex_attention: a
+    BlockMask. Anything else cannot take an arbitrary mask: a clear error.
+    """
+    if implementation == "sdpa":
+        return allowed[None, None]
+    if implementation == "eager":
+        mask = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
+        return mask.masked_fill_(~allowed, torch.finfo(dtype).min)[None, None]
+    if implementation == "flex_attention":
+        from torch.nn.attention.flex_attention import create_block_mask
+
+        q_len, kv_len = allowed.shape
+        return create_block_mask(
+            lambda b, h, q, kv: allowed[q, kv], B=None, H=None, Q_LEN=q_len, KV_LEN=kv_len, device=allowed.device
+        )
+    raise ValueError(
+        f"tree-masked target passes need an attention implementation that takes a custom mask (sdpa, eager or "
+        f"flex_attention); the target uses {implementation!r}. Load it with attn_implementation='sdpa', or use a chain."
+    )
+
+
 def tree_position_ids(tree: DraftTree, root_position: int, device: torch.device) -> torch.Tensor:
     """(1, N + 1) positions: the root at `root_position`, each node at root_position + depth."""
     return torch.tensor([[root_position] + [root_position + d for d in tree.depths()]], device=device)
 
 
-__all__ = ["DraftTree", "best_first_tree", "conditional_best_first_tree", "tree_attention_mask", "tree_position_ids"]
+__all__ = [
+    "DraftTree",
+    "best_first_tree",
+    "conditional_best_first_tree",
+    "mask_for_attention",
+    "tree_attention_mask",
+    "tree_position_ids",
+]

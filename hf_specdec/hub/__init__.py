@@ -1,0 +1,6 @@
+"""Publishing drafters to the Hugging Face Hub: model card rendering and one-call upload."""
+
+from .card import render_card
+from .publish import publish_drafter
+
+__all__ = ["publish_drafter", "render_card"]

@@ -1,0 +1,205 @@
+"""Model cards for published drafters: YAML metadata built with `ModelCardData`, text from a Jinja template.
+
+The template is `hub_cards/drafter.md.j2` in the repository. A source checkout or an editable install reads it
+there; an installed wheel reads `hf_specdec/hub/drafter.md.j2`, which in the repository is a symlink to the same
+file (so there is one template), copied into wheels as package data.
+
+The card records what a user needs to trust a drafter: the target it was trained for (`base_model`), usage for
+its kind, the measured tau / tokens per second / speedup from a `scripts/benchmark.py` benchmark.json, and the
+training recipe with figures from a `training_log.json`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+from huggingface_hub import ModelCard, ModelCardData
+
+TEMPLATE = "drafter.md.j2"
+HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
+
+# model_type -> (class, extra tags, what it is). Every kind loads with `hf_specdec.load_drafter`.
+KINDS = {
+    "hf_specdec_block_drafter": ("BlockDrafter", [], "A parallel block drafter (DFlash architecture)"),
+    "hf_specdec_dcoco": (
+        "DCOCODrafter",
+        ["dcoco"],
+        "A parallel block drafter (DFlash architecture) with a DCOCO contextual corrector that re-ranks each "
+        "drafted slot's top candidates by how well they fit together",
+    ),
+    "hf_specdec_dblast": (
+        "DBLASTDrafter",
+        ["dblast"],
+        "A parallel block drafter (DFlash architecture) with a DBLAST latent mixture head, so a block sampled at "
+        "temperature follows one mode instead of mixing modes position by position",
+    ),
+}
+
+
+def is_hub_id(name: str | None) -> bool:
+    """True for a Hub model id `namespace/name`; False for a local filesystem path or nothing."""
+    return bool(name) and HUB_ID.fullmatch(name) is not None and ".." not in name and "--" not in name
+
+
+def template_path() -> Path:
+    """The card template: the repository's copy if this is a source checkout, else the packaged one."""
+    here = Path(__file__).resolve()
+    for candidate in (here.parents[2] / "hub_cards" / TEMPLATE, here.with_name(TEMPLATE)):
+        if candidate.is_file():
+            return candidate
+    raise FileNotFoundError(
+        f"model card template {TEMPLATE} not found in hub_cards/ or in the hf_specdec.hub package; reinstall "
+        "hf_specdec (its wheel ships the template as package data) or install it from a source checkout."
+    )
+
+
+def read_json(source: str | os.PathLike | dict | None) -> dict | None:
+    """A JSON document given as a dict or as a path to a file."""
+    if source is None or isinstance(source, dict):
+        return source
+    return json.loads(Path(source).read_text(encoding="utf-8"))
+
+
+def _number(value, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def results_rows(benchmark: dict) -> list[dict]:
+    """One formatted row per task and method of a benchmark.json (`results[task][method]`, `methods[]`)."""
+    kinds = {m["label"]: m.get("kind", "") for m in benchmark.get("methods", [])}
+    rows = []
+    for task, methods in benchmark.get("results", {}).items():
+        for label, r in methods.items():
+            rows.append(
+                {
+                    "task": task,
+                    "method": label,
+                    "kind": kinds.get(label, ""),
+                    "tau": _number(r.get("tau")),
+                    "tok_s": _number(r.get("e2e_tok_s")),
+                    "speedup": _number(r.get("speedup_e2e")) + ("x" if r.get("speedup_e2e") is not None else ""),
+                    "decode_tok_s": _number(r.get("decode_tok_s")),
+                    "identical": _number(r.get("identical_rate")),
+                }
+            )
+    return rows
+
+
+def benchmark_summary(benchmark: dict) -> dict:
+    """Where and how the numbers were measured (settings, machine, versions, command)."""
+    meta, settings = benchmark.get("meta", {}), benchmark.get("settings", {})
+    machine = meta.get("machine", {})
+    hardware = machine.get("gpu") or f"{machine.get('cpu', 'CPU')} ({machine.get('cpu_count', '?')} cores)"
+    temperature = settings.get("temperature")
+    command = meta.get("command")
+    if command and Path(command.split(" ")[0]).name.startswith("python"):
+        command = "python " + command.partition(" ")[2]  # the interpreter's local path says nothing to a reader
+    return {
+        "date": str(meta.get("date", ""))[:10],
+        "hardware": hardware,
+        "dtype": settings.get("dtype", "?"),
+        "decoding": "greedy" if not temperature else f"sampling at temperature {temperature}",
+        "max_new_tokens": settings.get("max_new_tokens", "?"),
+        "prompts": len(benchmark.get("prompts", [])),
+        "tasks": ", ".join(benchmark.get("tasks", [])),
+        "versions": ", ".join(f"{k} {v}" for k, v in meta.get("versions", {}).items()),
+        "command": command,
+    }
+
+
+def training_summary(log: dict) -> dict:
+    """Figures from a training_log.json: steps, time, supervised count, data size and the loss at start and end."""
+    losses = [v for _, v in log.get("losses", [])]
+    head, tail = losses[:20], losses[-20:]
+    supervised = log.get("supervised_tokens", log.get("supervised_slots"))
+    return {
+        "steps": log.get("steps"),
+        "minutes": _number(log["train_seconds"] / 60, 1) if log.get("train_seconds") is not None else None,
+        "supervised": f"{supervised:,}" if supervised is not None else None,
+        "supervised_what": "supervised block tokens" if "supervised_tokens" in log else "supervised corrector slots",
+        "sequences": log.get("sequences"),
+        "sequence_tokens": f"{log['sequence_tokens']:,}" if log.get("sequence_tokens") is not None else None,
+        "loss_start": _number(sum(head) / len(head), 3) if head else None,
+        "loss_end": _number(sum(tail) / len(tail), 3) if tail else None,
+        "device": log.get("device"),
+        "dtype": log.get("dtype"),
+        "resumed": log.get("resumed", False),
+    }
+
+
+def card_metadata(config: dict, target_id: str, target_revision: str | None, license: str) -> ModelCardData:
+    """The YAML block: base model, library, tags and license (what the Hub indexes and filters on)."""
+    model_type = config.get("model_type", "hf_specdec_block_drafter")
+    extra_tags = KINDS.get(model_type, ("", [], ""))[1]
+    revision = {"base_model_revision": target_revision} if target_revision else {}
+    return ModelCardData(
+        base_model=target_id,
+        # Not "transformers": on the Hub that label adds a plain `AutoModel.from_pretrained` snippet and widgets,
+        # which fail without `import hf_specdec` (the drafter kinds are registered by that import, not by
+        # transformers). A library name the Hub does not know is accepted; the card's own usage section applies.
+        library_name="hf_specdec",
+        license=license,
+        tags=["hf_specdec", "speculative-decoding", "dflash", "drafter", model_type, *extra_tags],
+        **revision,  # not a Hub-defined field; records which revision of the target the drafter was trained on
+    )
+
+
+def render_card(
+    folder: str | os.PathLike,
+    repo_id: str,
+    *,
+    target_id: str,
+    target_revision: str | None = None,
+    benchmark_json: str | os.PathLike | dict | None = None,
+    training_log: str | os.PathLike | dict | None = None,
+    recipe: str | None = None,
+    license: str = "apache-2.0",
+) -> ModelCard:
+    """The model card (README.md) of the drafter saved in `folder`, to be published as `repo_id`.
+
+    Args:
+        folder: a saved drafter (its config.json is read; TRAINING.md and loss.png are linked when present).
+        repo_id: the Hub id the drafter will have (used in the usage snippet).
+        target_id: Hub id of the target model (`base_model`); a local path is refused.
+        target_revision: the target's revision the drafter was trained on, if pinned.
+        benchmark_json: a benchmark.json of `scripts/benchmark.py` (path or dict): the results table.
+        training_log: a training_log.json of the training scripts (path or dict): the training figures.
+        recipe: the command that trained the drafter.
+        license: license id of the drafter weights.
+    """
+    if not is_hub_id(target_id):
+        raise ValueError(
+            f"target_id {target_id!r} is not a Hub model id (namespace/name); the card's base_model must name the "
+            "target on the Hub. Pass target_id='org/target-model'."
+        )
+    folder = Path(folder)
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    model_type = config.get("model_type", "hf_specdec_block_drafter")
+    class_name, _, summary = KINDS.get(model_type, ("BlockDrafter", [], "A parallel block drafter"))
+    benchmark, log = read_json(benchmark_json), read_json(training_log)
+    return ModelCard.from_template(
+        card_metadata(config, target_id, target_revision, license),
+        template_path=str(template_path()),
+        model_name=repo_id.split("/")[-1],
+        repo_id=repo_id,
+        target_id=target_id,
+        target_revision=target_revision,
+        model_type=model_type,
+        class_name=class_name,
+        kind_summary=summary,
+        config=config,
+        block_size=config.get("block_size", 0),
+        target_layer_ids=config.get("target_layer_ids") or [],
+        results=results_rows(benchmark) if benchmark else [],
+        bench=benchmark_summary(benchmark) if benchmark else None,
+        training=training_summary(log) if log else None,
+        recipe=recipe,
+        has_training_md=(folder / "TRAINING.md").is_file(),
+        has_loss_png=(folder / "loss.png").is_file(),
+    )
+
+
+__all__ = ["is_hub_id", "render_card", "template_path"]

@@ -1,0 +1,113 @@
+"""SpecOPD: on-policy distillation of a drafter with proposal trees scored by one tree-masked target pass.
+
+Per training sequence (methods.md section 5.4):
+  1. the drafter runs over the trunk's packed anchor blocks (DFlash multi-anchor pass, with gradients);
+  2. at `tree_anchors` of those anchors it draws M branches from its current policy (no gradients);
+  3. branches are merged into tries and packed with the trunk (`pack_proposal_trees`); ONE cache-less target
+     forward with the tree mask gives the teacher p at every distinct proposal state;
+  4. q along every branch comes from the same drafter pass (predecessor-conditioned for DCOCO and DBLAST);
+  5. loss = E2E-TV over the branches + ce_weight * DFlash cross-entropy on all trunk anchors.
+The drafter's context features always come from the trunk (committed text), as at inference.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from transformers import PreTrainedModel
+
+from ..verification.tree import mask_for_attention
+from .data import TrainingSequence
+from .losses import dflash_decayed_cross_entropy, expected_verified_length_loss
+from .policies import policy_for
+from .proposal_trees import alive_after_eos, pack_proposal_trees
+from .trainer import DrafterTrainer
+
+
+@torch.no_grad()
+def teacher_probs(
+    target: PreTrainedModel,
+    hidden: torch.Tensor,
+    draft_vocab: torch.LongTensor | None,
+    temperature: float,
+    chunk: int = 256,
+) -> torch.Tensor:
+    """(R, Vd) target next-token probabilities at `temperature` of (R, H) final hidden states, on the drafter's
+    vocabulary (softmax over the full vocabulary, then the draft columns: mass outside is never accepted)."""
+    head = target.get_output_embeddings()
+    out = []
+    for rows in hidden.split(chunk):
+        logits = head(rows).float() / temperature  # (r, V)
+        probs = torch.softmax(logits, dim=-1)
+        out.append(probs if draft_vocab is None else probs[:, draft_vocab.to(probs.device)])
+    return torch.cat(out) if out else hidden.new_zeros(0, 0).float()
+
+
+def eos_ids(target: PreTrainedModel) -> torch.LongTensor:
+    eos = target.generation_config.eos_token_id
+    eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+    return torch.tensor(eos, dtype=torch.long)
+
+
+class SpecOPDTrainer(DrafterTrainer):
+    """`DrafterTrainer` with the SpecOPD loss; works for block, DCOCO and DBLAST drafters (full or LoRA)."""
+
+    def __init__(self, config, target, drafter, sequences) -> None:
+        super().__init__(config, target, drafter, sequences)
+        vocab = target.get_output_embeddings().weight.shape[0]
+        self.to_draft = self.label_index if self.label_index is not None else torch.arange(vocab, device=self.device)
+        self.policy = policy_for(drafter, self.embed, config.temperature, self.to_draft)
+        self.eos = eos_ids(target)
+        self.state.update(trunk_labels=0, target_tokens=0, branch_tokens=0)
+
+    def full_ids(self, tokens: torch.LongTensor) -> torch.LongTensor:
+        vocab = self.drafter.draft_vocab
+        return tokens if vocab is None else vocab.to(tokens.device)[tokens]
+
+    def sequence_loss(self, seq: TrainingSequence, generator: torch.Generator) -> tuple[torch.Tensor, int]:
+        cfg, dev = self.config, self.device
+        # 1) the drafter's pass over the trunk's anchors (gradients on)
+        anchors, packed, hidden = self.packed_pass(seq, generator)  # (n, K, H)
+        logits = F.linear(hidden.to(self.head_weight.dtype), self.head_weight)  # (n, K, Vd)
+        labels = packed.labels.to(dev)
+        if self.label_index is not None:
+            labels = torch.where(labels == -100, labels, self.label_index[labels.clamp_min(0)])
+        ce = dflash_decayed_cross_entropy(logits, labels, self.gamma)
+        # 2) branches from the current policy at a random subset of the anchors
+        pick = torch.randperm(len(anchors), generator=generator)[: cfg.tree_anchors].sort().values
+        tree_anchors = anchors[pick]
+        scores = self.policy.scores(hidden[pick], logits[pick], seq.ids[tree_anchors])
+        tokens = self.policy.draw(scores, cfg.branches, generator).cpu()  # (n, M, k) draft-vocabulary indices
+        full = self.full_ids(tokens)
+        # 3) one tree-masked target pass over [trunk | tries]
+        trees = pack_proposal_trees(seq.ids, tree_anchors, full)
+        p = self.teacher(trees)  # (n, M, k, Vd)
+        # 4) q along every branch, 5) the loss
+        q = self.policy.path_q(scores, tokens.to(dev))  # (n, M, k, Vd)
+        valid = alive_after_eos(full, self.eos).to(dev)
+        n, M, k = tokens.shape
+        e2e = expected_verified_length_loss(p.reshape(n * M, k, -1), q.reshape(n * M, k, -1), valid.reshape(n * M, k))
+        self.state["trunk_labels"] += int((labels != -100).sum())
+        self.state["target_tokens"] += len(trees.input_ids)
+        self.state["branch_tokens"] += n * M * k
+        return e2e + cfg.ce_weight * ce, trees.supervised
+
+    def teacher(self, trees) -> torch.Tensor:
+        """(n, M, k, Vd) teacher p of every branch token, from one cache-less tree-masked target forward."""
+        target = self.target
+        impl = target.config._attn_implementation
+        allowed = trees.allowed.to(target.device)
+        mask = mask_for_attention(allowed, impl, target.dtype)
+        with torch.no_grad():
+            hidden = target.base_model(
+                input_ids=trees.input_ids[None].to(target.device),
+                position_ids=trees.position_ids[None].to(target.device),
+                attention_mask=mask,
+                use_cache=False,
+            ).last_hidden_state[0]  # (T + N, H)
+        rows, where = trees.teacher_rows.unique(return_inverse=True)  # (R,), (n, M, k)
+        probs = teacher_probs(target, hidden[rows.to(hidden.device)], self.drafter.draft_vocab, self.config.temperature)
+        return probs.to(self.device)[where.to(self.device)]
+
+
+__all__ = ["SpecOPDTrainer", "eos_ids", "teacher_probs"]
