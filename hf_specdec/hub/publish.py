@@ -19,7 +19,7 @@ from pathlib import Path
 from huggingface_hub import CommitOperationAdd, HfApi, get_token
 from huggingface_hub.errors import HfHubHTTPError
 
-from .card import KINDS, is_hub_id, read_json, render_card
+from .card import KINDS, UNKNOWN_KIND, is_hub_id, read_json, render_card
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 
@@ -110,8 +110,8 @@ def publish_drafter(
 
     The top-level files of `folder` (config.json, model.safetensors, and e.g. TRAINING.md, loss.png) and a
     README.md rendered by `render_card` go up in one commit; a README.md already in `folder` is replaced by the
-    card. The repo is created if needed (`private` applies only then). Publishing again makes a new revision;
-    unchanged files are not re-sent.
+    card. The repo is created if needed (`private` applies only then). Publishing again makes a new revision if
+    anything changed (unchanged files are not re-sent; an identical publish returns the current sha).
 
     Args:
         folder: a drafter saved with `save_pretrained` (safetensors); only read, never modified.
@@ -146,7 +146,7 @@ def publish_drafter(
     files = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith(".") and p.name != "README.md")
     operations = [CommitOperationAdd(path_in_repo=p.name, path_or_fileobj=str(p)) for p in files]
     operations.append(CommitOperationAdd("README.md", _scrub(str(card), secrets).encode("utf-8")))
-    kind = KINDS.get(config.get("model_type"), ("drafter",))[0]
+    kind = KINDS.get(config.get("model_type"), UNKNOWN_KIND)[0]
     api = HfApi(token=token)
     try:
         api.create_repo(repo_id, private=private, exist_ok=True)
