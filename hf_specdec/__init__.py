@@ -29,6 +29,7 @@ from .drafting.loading import load_drafter
 from .drafting.modeling_block_drafter import BlockDrafter
 from .drafting.modeling_dblast import DBLASTDrafter
 from .drafting.modeling_dcoco import DCOCODrafter
+from .hub import publish_drafter, render_card
 
 __version__ = "0.1.0"
 
@@ -58,5 +59,7 @@ __all__ = [
     "build_target_layer_ids",
     "fix_lm_head_strides",
     "load_drafter",
+    "publish_drafter",
     "register_drafter_kind",
+    "render_card",
 ]

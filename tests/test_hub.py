@@ -24,6 +24,7 @@ import torch
 from conftest import make_drafter, tiny_target
 from huggingface_hub import CommitOperationAdd, HfApi, ModelCard, hf_hub_download
 from huggingface_hub.errors import HfHubHTTPError
+from safetensors.torch import load_file
 
 import hf_specdec.hub
 from hf_specdec.hub import publish_drafter, render_card
@@ -363,3 +364,42 @@ def test_ship_drafter_push_to_hub_packages_then_publishes(hub_env, tiny, tmp_pat
     card = ModelCard.load("org/shipped")
     assert card.data.base_model == TARGET and "python scripts/train_drafter.py --tiny" in card.text
     assert "40 optimizer steps" in card.text and TOKEN not in card.content
+
+
+def test_training_with_push_to_hub_publishes_the_drafter_and_its_recipe(hub_env, tmp_path):
+    """train_drafter's run (SpecOPD + LoRA here) ends with the merged drafter and a card on the Hub."""
+    from hf_specdec.training.config import DistillationConfig
+    from hf_specdec.training.pipeline import run_training
+
+    target = tiny_target("llama")
+    target.save_pretrained(tmp_path / "target")
+    make_drafter(target, 4).save_pretrained(tmp_path / "drafter")
+    g = torch.Generator().manual_seed(3)
+    lines = [json.dumps({"ids": torch.randint(3, 250, (40,), generator=g).tolist(), "loss_start": 8}) for _ in range(3)]
+    (tmp_path / "data.jsonl").write_text("\n".join(lines))
+    settings = dict(
+        target=str(tmp_path / "target"),
+        drafter=str(tmp_path / "drafter"),
+        data_file=str(tmp_path / "data.jsonl"),
+        output_dir=str(tmp_path / "run"),
+        objective="specopd",
+        lora_rank=4,
+        block_size=4,
+        num_steps=2,
+        batch_size=2,
+        anchors_per_sequence=4,
+        tree_anchors=2,
+        dtype="float32",
+        push_to_hub="org/opd-drafter",
+    )
+    with pytest.raises(ValueError, match="target"):  # a local target folder is no Hub id: refused, run kept
+        run_training(DistillationConfig(**settings))
+    assert (tmp_path / "run" / "drafter" / "model.safetensors").is_file()
+    out = run_training(DistillationConfig(**settings, hub_target_id=TARGET))
+    card = ModelCard.load("org/opd-drafter")
+    assert card.data.base_model == TARGET
+    assert "--objective specopd" in card.text and "--lora_rank 4" in card.text and TOKEN not in card.text
+    path = hf_hub_download("org/opd-drafter", "model.safetensors")
+    local = load_file(str(out / "model.safetensors"))
+    remote = load_file(path)
+    assert local.keys() == remote.keys() and all(torch.equal(local[k], remote[k]) for k in local)

@@ -4,10 +4,10 @@ import pytest
 import torch
 from bounds import assert_distribution
 from conftest import make_drafter, tiny_target
-from hf_specdec.training.data import TrainingSequence, target_features
 
 from hf_specdec import DBLASTDrafter, DCOCODrafter
-from hf_specdec.training.config import OnPolicyTrainingConfig
+from hf_specdec.training.config import DistillationConfig
+from hf_specdec.training.data import TrainingSequence, target_features
 from hf_specdec.training.policies import policy_for
 from hf_specdec.training.proposal_trees import alive_after_eos, first_equal_branch, pack_proposal_trees
 from hf_specdec.training.specopd import SpecOPDTrainer, teacher_probs
@@ -121,7 +121,7 @@ def specopd_setup(tmp_path, kind, steps=30, **overrides):
         learning_rate=3e-3,
         warmup_ratio=0.1,
     )
-    config = OnPolicyTrainingConfig(**{**settings, **overrides})
+    config = DistillationConfig(**{"objective": "specopd", **settings, **overrides})
     drafter = nonzero_heads(make_drafter(target, 4, **KINDS[kind]).float())
     return config, target, drafter, seqs
 
@@ -144,3 +144,45 @@ def test_specopd_raises_the_expected_accepted_length(tmp_path, kind):
     after = expected_accepted(trainer, seqs)
     assert after > before + 0.1, (before, after)
     assert 0 < state["supervised_tokens"] <= 60 * 2 * 4 * 3 * 3  # distinct states <= anchors x branches x k
+
+
+def test_sequential_opd_supervises_one_block_per_target_pass(tmp_path):
+    from hf_specdec.training.sequential_opd import SequentialOPDTrainer
+
+    config, target, drafter, seqs = specopd_setup(
+        tmp_path, "block", steps=40, learning_rate=1e-2, ce_weight=1.0, objective="sequential_opd", rollout_rounds=4
+    )
+    trainer = SequentialOPDTrainer(config, target, drafter, seqs)
+    spec = SpecOPDTrainer(config, target, drafter, seqs)
+    before = expected_accepted(spec, seqs)
+    state = trainer.train()
+    assert expected_accepted(spec, seqs) > before + 0.1
+    # each verify pass feeds the pending token + k drafts and supervises the k drafts
+    assert state["target_tokens"] == 4 * state["branch_tokens"] / 3
+    assert 0 < state["supervised_tokens"] <= state["branch_tokens"]
+
+
+def test_sequential_rollout_follows_the_targets_greedy_text(tmp_path):
+    """The committed tokens are exactly the target's greedy continuation (whatever the drafter proposes)."""
+    from hf_specdec.training.sequential_opd import SequentialOPDTrainer
+
+    config, target, drafter, seqs = specopd_setup(tmp_path, "block", objective="sequential_opd", rollout_rounds=6)
+    trainer = SequentialOPDTrainer(config, target, drafter, seqs)
+    seen = []
+    original = target.forward
+
+    def spy(input_ids=None, **kwargs):
+        seen.append(input_ids[0].tolist())
+        return original(input_ids=input_ids, **kwargs)
+
+    target.forward = spy
+    trainer.sequence_loss(seqs[0], torch.Generator().manual_seed(0))
+    target.forward = original
+    prefix = seen[0]
+    committed = list(prefix)
+    for fed in seen[1:]:
+        committed.append(fed[0])  # every verify pass starts with the token committed last
+    greedy = target.generate(torch.tensor([prefix + [committed[len(prefix)]]]), max_new_tokens=1, do_sample=False)
+    assert committed[: len(prefix) + 1] == greedy[0, :-1].tolist()
+    full = target.generate(torch.tensor([prefix]), max_new_tokens=len(committed) - len(prefix), do_sample=False)
+    assert committed[len(prefix) :] == full[0, len(prefix) :].tolist()

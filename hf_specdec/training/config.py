@@ -163,12 +163,16 @@ class MixtureTrainingConfig(DrafterTrainingConfig):
 
 
 @dataclass
-class OnPolicyTrainingConfig(DrafterTrainingConfig):
-    """On-policy distillation of a drafter (block, DCOCO or DBLAST) with the E2E-TV loss: SpecOPD (branches of the
-    drafter's own policy packed into proposal trees, one tree-masked target pass) or sequential OPD (draft, verify,
-    commit, supervise) as the baseline."""
+class DistillationConfig(DrafterTrainingConfig):
+    """How scripts/train_drafter.py distils a drafter (block, DCOCO or DBLAST) from its target.
 
-    objective: str = field(default="specopd", metadata={"help": "specopd or sequential_opd"})
+    dflash: teacher-forced DFlash cross-entropy on cached target text (the recipe for a fresh drafter).
+    specopd: on-policy, E2E-TV loss on branches of the drafter's own policy packed into proposal trees, scored by
+        one tree-masked target pass per sequence, plus ce_weight x the DFlash loss on the trunk.
+    sequential_opd: the on-policy baseline (draft, verify, commit, supervise; one target pass per block).
+    """
+
+    objective: str = field(default="dflash", metadata={"help": "dflash, specopd or sequential_opd"})
     branches: int = field(default=4, metadata={"help": "M: branches drawn per anchor (argmax path + samples)"})
     tree_anchors: int = field(default=8, metadata={"help": "anchors per sequence that get proposal trees"})
     temperature: float = field(default=1.0, metadata={"help": "temperature of the teacher p and of branch sampling"})
@@ -179,8 +183,8 @@ class OnPolicyTrainingConfig(DrafterTrainingConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.objective not in ("specopd", "sequential_opd"):
-            raise ValueError(f"objective must be specopd or sequential_opd, got {self.objective!r}")
+        if self.objective not in ("dflash", "specopd", "sequential_opd"):
+            raise ValueError(f"objective must be dflash, specopd or sequential_opd, got {self.objective!r}")
         if self.branches < 1 or self.tree_anchors < 1 or self.rollout_rounds < 1:
             raise ValueError("branches, tree_anchors and rollout_rounds must be >= 1")
         if self.temperature <= 0:
@@ -189,4 +193,4 @@ class OnPolicyTrainingConfig(DrafterTrainingConfig):
             raise ValueError(f"ce_weight must be >= 0, got {self.ce_weight}")
 
 
-__all__ = ["CorrectorTrainingConfig", "DrafterTrainingConfig", "MixtureTrainingConfig", "OnPolicyTrainingConfig"]
+__all__ = ["CorrectorTrainingConfig", "DistillationConfig", "DrafterTrainingConfig", "MixtureTrainingConfig"]

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+from dataclasses import MISSING, fields
 from pathlib import Path
 
 import torch
+from accelerate import PartialState
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from ..drafting.loading import load_drafter
 from ..drafting.modeling_block_drafter import BlockDrafter
-from .config import DrafterTrainingConfig
+from .config import DistillationConfig, DrafterTrainingConfig
 from .corpora import corpus_prompts
 from .data import (
     TrainingSequence,
@@ -45,7 +48,7 @@ def load_target(config: DrafterTrainingConfig):
 def build_drafter(config: DrafterTrainingConfig, target) -> BlockDrafter:
     """The drafter to train, in float32 (master weights): loaded from `config.drafter` or fresh for the target."""
     if config.drafter:
-        drafter = BlockDrafter.from_pretrained(config.drafter, dtype=torch.float32)
+        drafter = load_drafter(config.drafter, dtype=torch.float32)
     else:
         torch.manual_seed(config.seed)
         extra = {"intermediate_size": config.intermediate_size} if config.intermediate_size else {}
@@ -134,16 +137,42 @@ def frequent_labels(sequences: list[TrainingSequence], n: int) -> torch.LongTens
     return torch.tensor(sorted(ranked))
 
 
-def run_training(config: DrafterTrainingConfig) -> Path:
-    """Train and save the drafter (target dtype) to output_dir/drafter; write output_dir/training_log.json."""
+def trainer_class(config: DrafterTrainingConfig) -> type[DrafterTrainer]:
+    objective = getattr(config, "objective", "dflash")
+    if objective == "specopd":
+        from .specopd import SpecOPDTrainer
+
+        return SpecOPDTrainer
+    if objective == "sequential_opd":
+        from .sequential_opd import SequentialOPDTrainer
+
+        return SequentialOPDTrainer
+    return DrafterTrainer
+
+
+def run_training(config: DrafterTrainingConfig | DistillationConfig) -> Path:
+    """Train and save the drafter (target dtype) to output_dir/drafter (plus output_dir/adapter with LoRA); write
+    output_dir/training_log.json; publish when `push_to_hub` is set. Runs under `accelerate launch` too."""
     target, tokenizer = load_target(config)
     drafter = build_drafter(config, target)
-    sequences = prepare_sequences(config, target, tokenizer, drafter.config.target_layer_ids)
+    # one process writes the data cache, the others then read it
+    with PartialState(cpu=target.device.type == "cpu").main_process_first():
+        sequences = prepare_sequences(config, target, tokenizer, drafter.config.target_layer_ids)
     if config.draft_vocab_size and drafter.draft_vocab is None:
         drafter.set_draft_vocab(frequent_labels(sequences, config.draft_vocab_size))
-    trainer = DrafterTrainer(config, target, drafter, sequences)
-    extra = {"sequence_tokens": sum(int(s.ids.shape[0]) for s in sequences)}
-    return train_and_save(config, trainer, len(sequences), extra)
+    adapters = None
+    if config.lora_rank:
+        from .lora import add_lora
+
+        adapters = add_lora(drafter, config, config.drafter)
+    trainer = trainer_class(config)(config, target, drafter, sequences)
+    extra = {
+        "objective": getattr(config, "objective", "dflash"),
+        "sequence_tokens": sum(int(s.ids.shape[0]) for s in sequences),
+        "trainable_parameters": sum(p.numel() for p in drafter.parameters() if p.requires_grad),
+        "processes": trainer.processes.num_processes,
+    }
+    return train_and_save(config, trainer, len(sequences), extra, adapters=adapters)
 
 
 def train_and_save(
@@ -152,13 +181,23 @@ def train_and_save(
     num_sequences: int,
     extra_log: dict,
     supervised_key: str = "supervised_tokens",
+    adapters=None,
 ) -> Path:
     """Resume if asked, train, save the drafter (target dtype) to output_dir/drafter and write
-    output_dir/training_log.json (steps, time, supervised count, losses, plus `extra_log`)."""
+    output_dir/training_log.json (steps, time, supervised count, losses, plus `extra_log`). With LoRA `adapters`
+    the adapter alone goes to output_dir/adapter and the merged drafter to output_dir/drafter. Only the main
+    process writes; `push_to_hub` publishes the drafter with its card afterwards."""
     resumed = config.resume and trainer.resume()
     state = trainer.train()
     drafter, target = trainer.drafter, trainer.target
     out = Path(config.output_dir) / "drafter"
+    if not trainer.processes.is_main_process:
+        return out
+    if adapters is not None:
+        from .lora import merge_lora, save_adapter
+
+        save_adapter(adapters, Path(config.output_dir) / "adapter")
+        drafter = merge_lora(adapters)
     drafter.requires_grad_(True)  # heads were trained with a frozen backbone; the saved model is whole
     drafter.to(target.dtype).save_pretrained(out)
     log = {
@@ -172,8 +211,39 @@ def train_and_save(
         "device": str(target.device),
         "dtype": str(target.dtype),
     }
+    log.update({k: state[k] for k in ("trunk_labels", "target_tokens", "branch_tokens") if k in state})
     (Path(config.output_dir) / "training_log.json").write_text(json.dumps(log, indent=1))
+    if config.push_to_hub:
+        publish(config, out)
     return out
+
+
+def publish(config: DrafterTrainingConfig, drafter_dir: Path) -> str:
+    """Upload the trained drafter with a generated card (the local copy stays as it is, whatever happens)."""
+    from ..hub import publish_drafter
+
+    run = Path(config.output_dir)
+    return publish_drafter(
+        drafter_dir,
+        config.push_to_hub,
+        target_id=config.hub_target_id,
+        target_revision=config.hub_target_revision,
+        training_log=run / "training_log.json",
+        recipe=recipe_command(config),
+    )
+
+
+def recipe_command(config: DrafterTrainingConfig) -> str:
+    """The training command line of this run: the settings that differ from their defaults (no secrets live in
+    the config)."""
+    parts = ["python scripts/train_drafter.py"]
+    for f in fields(config):
+        value = getattr(config, f.name)
+        default = f.default_factory() if f.default_factory is not MISSING else f.default
+        if f.name in ("push_to_hub", "resume") or value == default:
+            continue
+        parts.append(f"--{f.name} " + (" ".join(map(str, value)) if isinstance(value, list) else str(value)))
+    return " ".join(parts)
 
 
 __all__ = [
@@ -182,6 +252,9 @@ __all__ = [
     "frequent_labels",
     "load_target",
     "prepare_sequences",
+    "publish",
+    "recipe_command",
     "run_training",
+    "trainer_class",
     "train_and_save",
 ]

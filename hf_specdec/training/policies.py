@@ -74,10 +74,11 @@ class DCOCOPolicy(BlockPolicy):
         for cand, first, nxt in scores:
             picks = [prefix_first_walk(first, nxt)[None]]  # (1, k) the greedy walk
             if branches > 1:
-                choice = _sample_rows(torch.softmax(first.float() / self.temperature, -1)[None], branches - 1, generator)[0]
+                t = self.temperature
+                choice = _sample_rows(torch.softmax(first.float() / t, -1)[None], branches - 1, generator)[0]
                 walk = [choice]
                 for s in range(nxt.shape[0]):
-                    choice = _sample_rows(torch.softmax(nxt[s, choice].float() / self.temperature, -1), 1, generator)[:, 0]
+                    choice = _sample_rows(torch.softmax(nxt[s, choice].float() / t, -1), 1, generator)[:, 0]
                     walk.append(choice)
                 picks.append(torch.stack(walk, dim=1))  # (M-1, k)
             index = torch.cat(picks)  # (M, k) candidate index per slot

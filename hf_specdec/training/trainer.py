@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from accelerate import Accelerator, PartialState
+from accelerate.utils import reduce
 from torch import nn
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel
@@ -61,10 +62,11 @@ class DrafterTrainer:
             params, lr=config.learning_rate, betas=(0.9, 0.95), weight_decay=config.weight_decay
         )
         self.checkpoint_dir = Path(config.output_dir) / "checkpoint"
-        self.processes = PartialState()  # one process, or one of `accelerate launch`'s
+        cpu = self.device.type == "cpu"
+        self.processes = PartialState(cpu=cpu)  # one process, or one of `accelerate launch`'s (gloo on CPU)
         self.step_loss = StepLoss(self)
-        if self.processes.num_processes > 1:
-            self.step_loss = Accelerator().prepare_model(self.step_loss)  # DDP: gradients averaged over processes
+        if self.processes.num_processes > 1:  # DDP: gradients averaged over processes
+            self.step_loss = Accelerator(cpu=cpu).prepare_model(self.step_loss)
         self.state = {"step": 0, "losses": [], "elapsed_s": 0.0, "supervised_tokens": 0}
 
     def learning_rate(self, step: int) -> float:
@@ -121,10 +123,14 @@ class DrafterTrainer:
         self.optimizer.zero_grad(set_to_none=True)
         loss, labelled = self.step_loss(step, list(range(rank, len(picks), world)), picks)
         loss.backward()
-        self.state["supervised_tokens"] += labelled
         torch.nn.utils.clip_grad_norm_(self.drafter.parameters(), self.config.max_grad_norm)
         self.optimizer.step()
-        return float(loss.detach())
+        totals = torch.tensor([float(loss.detach()), float(labelled)], dtype=torch.float64)
+        if world > 1:  # log the global step: mean loss, all processes' supervised tokens
+            totals = reduce(totals.to(self.processes.device), reduction="sum").cpu()
+            totals[0] /= world
+        self.state["supervised_tokens"] += int(totals[1])
+        return float(totals[0])
 
     def resume(self) -> bool:
         """Load the last checkpoint in output_dir if there is one; True when training continues from it."""
