@@ -211,7 +211,7 @@ def train_and_save(
         "device": str(target.device),
         "dtype": str(target.dtype),
     }
-    log.update({k: state[k] for k in ("trunk_labels", "target_tokens", "branch_tokens") if k in state})
+    log.update({k: state[k] for k in ("trunk_labels", "target_tokens", "branch_tokens", "target_passes") if k in state})
     (Path(config.output_dir) / "training_log.json").write_text(json.dumps(log, indent=1))
     if config.push_to_hub:
         publish(config, out)

@@ -29,7 +29,7 @@ class SequentialOPDTrainer(SpecOPDTrainer):
         T = seq.ids.shape[0]
         low = max(seq.loss_start, 2)
         start = int(torch.randint(low, max(low + 1, T), (1,), generator=generator))
-        with torch.no_grad():  # prefill all but the last token; that one is fed with the first draft
+        with torch.no_grad(), self.timed("target_seconds"):  # prefill all but the last token (fed with the drafts)
             out = target(seq.ids[None, : start - 1].to(target.device), use_cache=True, output_hidden_states=True)
         cache, features = out.past_key_values, tapped_features(out.hidden_states, layers, start - 1)  # (1, C, L*H)
         pending, length = seq.ids[start - 1 : start], start - 1
@@ -48,11 +48,11 @@ class SequentialOPDTrainer(SpecOPDTrainer):
             tokens = self.policy.draw(scores, 1, generator).cpu()  # (1, 1, k) the greedy path
             drafts = self.full_ids(tokens)[0, 0]  # (k,)
             # 2) verify: one target forward on the cache
-            with torch.no_grad():
+            with torch.no_grad(), self.timed("target_seconds"):
                 fed = torch.cat([pending, drafts])[None].to(target.device)  # (1, K)
                 out = target(fed, past_key_values=cache, use_cache=True, output_hidden_states=True)
-            row_logits = out.logits[0].float()  # (K, V)
-            probs = torch.softmax(row_logits[:-1] / cfg.temperature, dim=-1)  # (k, V) p of each drafted token
+                row_logits = out.logits[0].float()  # (K, V)
+                probs = torch.softmax(row_logits[:-1] / cfg.temperature, dim=-1)  # (k, V) p of each drafted token
             vocab = self.drafter.draft_vocab
             p = (probs if vocab is None else probs[:, vocab.to(probs.device)]).to(dev)  # (k, Vd)
             # 3) supervise
@@ -69,6 +69,7 @@ class SequentialOPDTrainer(SpecOPDTrainer):
             cache.crop(-(K - accepted - 1))  # drop the rejected drafts' rows (transformers 5: a count to remove)
             pending = choice[accepted : accepted + 1]
             self.state["target_tokens"] += K
+            self.state["target_passes"] += 1
             self.state["branch_tokens"] += K - 1
             if bool(torch.isin(pending, self.eos)) or length + 2 * K >= cfg.max_length:
                 break

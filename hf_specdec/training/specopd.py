@@ -12,6 +12,9 @@ The drafter's context features always come from the trunk (committed text), as a
 
 from __future__ import annotations
 
+import contextlib
+import time
+
 import torch
 import torch.nn.functional as F
 from transformers import PreTrainedModel
@@ -58,7 +61,17 @@ class SpecOPDTrainer(DrafterTrainer):
         self.to_draft = self.label_index if self.label_index is not None else torch.arange(vocab, device=self.device)
         self.policy = policy_for(drafter, self.embed, config.temperature, self.to_draft)
         self.eos = eos_ids(target)
-        self.state.update(trunk_labels=0, target_tokens=0, branch_tokens=0)
+        self.state.update(trunk_labels=0, target_tokens=0, branch_tokens=0, target_passes=0, target_seconds=0.0)
+
+    @contextlib.contextmanager
+    def timed(self, key: str):
+        """Add the wall time of the block to state[key] (synchronising CUDA so the time is the device's)."""
+        sync = torch.cuda.synchronize if self.device.type == "cuda" else (lambda: None)
+        sync()
+        start = time.perf_counter()
+        yield
+        sync()
+        self.state[key] += time.perf_counter() - start
 
     def full_ids(self, tokens: torch.LongTensor) -> torch.LongTensor:
         vocab = self.drafter.draft_vocab
@@ -89,6 +102,7 @@ class SpecOPDTrainer(DrafterTrainer):
         e2e = expected_verified_length_loss(p.reshape(n * M, k, -1), q.reshape(n * M, k, -1), valid.reshape(n * M, k))
         self.state["trunk_labels"] += int((labels != -100).sum())
         self.state["target_tokens"] += len(trees.input_ids)
+        self.state["target_passes"] += 1
         self.state["branch_tokens"] += n * M * k
         return e2e + cfg.ce_weight * ce, trees.supervised
 
@@ -98,7 +112,7 @@ class SpecOPDTrainer(DrafterTrainer):
         impl = target.config._attn_implementation
         allowed = trees.allowed.to(target.device)
         mask = mask_for_attention(allowed, impl, target.dtype)
-        with torch.no_grad():
+        with torch.no_grad(), self.timed("target_seconds"):
             hidden = target.base_model(
                 input_ids=trees.input_ids[None].to(target.device),
                 position_ids=trees.position_ids[None].to(target.device),
@@ -106,7 +120,10 @@ class SpecOPDTrainer(DrafterTrainer):
                 use_cache=False,
             ).last_hidden_state[0]  # (T + N, H)
         rows, where = trees.teacher_rows.unique(return_inverse=True)  # (R,), (n, M, k)
-        probs = teacher_probs(target, hidden[rows.to(hidden.device)], self.drafter.draft_vocab, self.config.temperature)
+        with self.timed("target_seconds"):
+            probs = teacher_probs(
+                target, hidden[rows.to(hidden.device)], self.drafter.draft_vocab, self.config.temperature
+            )
         return probs.to(self.device)[where.to(self.device)]
 
 
