@@ -48,14 +48,14 @@ class OracleScores:
 
     def draft_scores(self, input_ids, k):
         hidden = self.draft_hidden(input_ids)[0, : k + 1]  # the real drafter pass runs (consumes the features)
-        ref = self.drafter.reference
+        ref, j = self.drafter.reference_for(input_ids)
         T = input_ids.shape[1]
         drafts = ref[0, T : T + k].tolist()
         drafts += [3] * (k - len(drafts))  # past the reference's end: any token
         logits = torch.zeros(k, self.vocab_size)
         for d, token in enumerate(drafts):
             logits[d, token] = 8.0
-        j, rank = self.drafter.corrupt_at, self.drafter.reference_rank
+        rank = self.drafter.reference_rank
         if j is not None and j < k:
             for i in range(rank):  # `rank` wrong tokens score above the reference
                 logits[j, (drafts[j] + 1 + i) % self.vocab_size] = 8.0 - 0.1 * i
@@ -73,16 +73,32 @@ class OracleDCOCOGenerator(OracleScores, DCOCOCandidateGenerator):
     pass
 
 
-class OracleDrafter(BlockDrafter):
+class OracleReference:
+    """One reference continuation, or one per batch row (`references`, `corrupt_ats`): the row's is the one whose
+    start matches the row's tokens."""
+
     reference: torch.Tensor
     corrupt_at: int | None = None
     reference_rank: int = 1
+    references: list | None = None
+    corrupt_ats: list | None = None
+
+    def reference_for(self, input_ids):
+        if self.references is None:
+            return self.reference, self.corrupt_at
+        T = input_ids.shape[1]
+        for ref, j in zip(self.references, self.corrupt_ats, strict=True):
+            if ref.shape[1] >= T and torch.equal(ref[0, :T].to(input_ids.device), input_ids[0]):
+                return ref, j
+        raise AssertionError("no reference continues this row")
 
 
-class OracleDCOCODrafter(DCOCODrafter):
-    reference: torch.Tensor
-    corrupt_at: int | None = None
-    reference_rank: int = 1
+class OracleDrafter(OracleReference, BlockDrafter):
+    pass
+
+
+class OracleDCOCODrafter(OracleReference, DCOCODrafter):
+    pass
 
 
 hf_specdec.register_drafter_kind(OracleDrafter, OracleCandidateGenerator)

@@ -50,10 +50,14 @@ def test_drafter_for_a_shallower_target_reports_its_taps(setup):
         other_target(num_hidden_layers=2).generate(prompt, max_new_tokens=4, assistant_model=drafter)
 
 
-def test_batch_size_above_one(setup):
+def test_batches_refuse_what_they_cannot_return(setup):
     target, drafter, _ = setup
-    with pytest.raises(ValueError, match="batch size 2 is not supported"):
-        target.generate(torch.randint(3, 250, (2, 8)), max_new_tokens=4, assistant_model=drafter)
+    batch = torch.randint(3, 250, (2, 8))
+    with pytest.raises(ValueError, match="return_dict_in_generate"):
+        target.generate(batch, max_new_tokens=4, assistant_model=drafter, return_dict_in_generate=True)
+    target.config._attn_implementation = "flash_attention_2"
+    with pytest.raises(ValueError, match="per-row mask"):
+        target.generate(batch, max_new_tokens=4, assistant_model=drafter)
 
 
 def test_beam_search_is_refused_not_silently_ignored(setup):
@@ -120,8 +124,6 @@ def test_own_loop_refuses_batches_and_unsupported_attention(setup, do_sample):
 
     target, drafter, prompt = setup
     drafter.decoding = DecodingSettings(tree_budget=6)
-    with pytest.raises(ValueError, match="batch size 2 is not supported"):
-        target.generate(torch.randint(3, 250, (2, 8)), max_new_tokens=4, do_sample=do_sample, assistant_model=drafter)
     target.config._attn_implementation = "flash_attention_2"  # takes no custom mask; refused before any forward
     from hf_specdec.decoding.speculative_loop import _tree_inputs
     from hf_specdec.verification.tree import DraftTree

@@ -61,6 +61,16 @@ class AcceptanceStats:
             counts[a] += 1
         return counts
 
+    @classmethod
+    def combine(cls, parts: list[AcceptanceStats]) -> AcceptanceStats:
+        """Several rows' statistics as one (batched decoding): every row's verification counts once."""
+        out = cls(block_size=max(p.block_size for p in parts))
+        for p in parts:
+            out.accepted += p.accepted
+            out.drafted += p.drafted
+            out.prefill_forwards += p.prefill_forwards
+        return out
+
     def to_dict(self) -> dict:
         return {
             "block_size": self.block_size,

@@ -25,6 +25,7 @@ import inspect
 from transformers.generation.utils import GenerationMixin
 
 from .registry import generator_class_for
+from .batched_loop import batched_generate
 from .speculative_loop import speculative_generate
 from .validation import validate_generation_settings, validate_inputs
 
@@ -91,6 +92,10 @@ def _get_candidate_generator(
 def _assisted_decoding(self, input_ids, logits_processor, stopping_criteria, generation_config, *args, **kwargs):
     drafter = kwargs.get("assistant_model")
     settings = getattr(drafter, "decoding", None) if generator_class_for(drafter) is not None else None
+    if not args and settings is not None and input_ids.shape[0] > 1:
+        validate_inputs(drafter, input_ids, kwargs.get("cache", kwargs.get("past_key_values")))
+        own = {k: v for k, v in kwargs.items() if k not in _STOCK_ONLY}
+        return batched_generate(self, drafter, input_ids, logits_processor, stopping_criteria, generation_config, **own)
     if not args and settings is not None and settings.needs_own_loop(bool(generation_config.do_sample)):
         validate_inputs(drafter, input_ids, kwargs.get("cache", kwargs.get("past_key_values")))
         own = {k: v for k, v in kwargs.items() if k not in _STOCK_ONLY}

@@ -47,12 +47,8 @@ def validate_generation_settings(
 
 
 def validate_inputs(drafter: PreTrainedModel, input_ids, cache) -> None:
-    """Checks that need the prepared inputs (batch size, a user-supplied static cache)."""
+    """Checks that need the prepared inputs (a user-supplied static cache)."""
     name = type(drafter).__name__
-    if input_ids.shape[0] > 1:
-        raise ValueError(
-            f"batch size {input_ids.shape[0]} is not supported with {name} yet; call generate once per prompt."
-        )
     if isinstance(cache, StaticCache):
         raise ValueError(
             f"{type(cache).__name__} is not supported with {name}: speculative decoding rolls the cache back. "
