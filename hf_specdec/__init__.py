@@ -20,6 +20,7 @@ from .decoding.candidate_generator import BlockDraftCandidateGenerator
 from .decoding.dblast_generator import DBLASTCandidateGenerator
 from .decoding.lm_head_strides import fix_lm_head_strides
 from .decoding.registry import register_drafter_kind
+from .decoding.server import Request, SpeculativeServer
 from .decoding.settings import DecodingSettings
 from .decoding.stats import AcceptanceStats
 from .drafting.configuration_block_drafter import BlockDrafterConfig, build_target_layer_ids
@@ -62,4 +63,6 @@ __all__ = [
     "publish_drafter",
     "register_drafter_kind",
     "render_card",
+    "Request",
+    "SpeculativeServer",
 ]

@@ -125,3 +125,39 @@ def test_sampling_each_row_is_distributed_as_plain_sampling(kind):
         exact = exact_joint_after(target, prompt, 0.9)
         for c, e in [(counts[half], exact), (counts[half].sum(1), exact.sum(1)), (counts[half].sum(0), exact.sum(0))]:
             assert distribution_excess(c, e, 1e-6) <= 1.0
+
+
+class Collect:
+    """A streamer that keeps what it is given."""
+
+    def __init__(self):
+        self.tokens, self.ended = [], False
+
+    def put(self, value):
+        self.tokens.extend(value.reshape(-1).tolist())
+
+    def end(self):
+        self.ended = True
+
+
+@pytest.mark.parametrize("cls", [OracleDrafter, OracleDCOCODrafter])
+def test_server_requests_joining_and_leaving_get_their_own_greedy_text(cls):
+    """Continuous batching: 5 requests of different lengths through a batch of at most 2; each output equals
+    `target.generate` of that prompt alone, and its streamer got exactly its tokens."""
+    from hf_specdec import SpeculativeServer
+
+    target = tiny_target("llama").float()
+    g = torch.Generator().manual_seed(11)
+    prompts = [torch.randint(3, VOCAB - 1, (n,), generator=g) for n in (9, 5, 12, 7, 6)]
+    budgets = [10, 3, 14, 6, 9]
+    drafter = batch_oracle(target, prompts, 4, [1, None, 0, 2, None], max(budgets), cls)
+    server = SpeculativeServer(target, drafter, max_batch_size=2, do_sample=False)
+    streams = [Collect() for _ in prompts]
+    requests = [server.submit(p, b, s) for p, b, s in zip(prompts, budgets, streams, strict=True)]
+    order = server.run()
+    assert sorted(r.id for r in order) == list(range(5)) and not server.busy
+    for request, prompt, budget, stream in zip(requests, prompts, budgets, streams, strict=True):
+        alone = target.generate(prompt[None], max_new_tokens=budget, do_sample=False)[0]
+        assert torch.equal(request.output_ids, alone)
+        assert stream.tokens == alone.tolist() and stream.ended
+        assert request.latency >= 0 and request.started_at >= request.submitted_at

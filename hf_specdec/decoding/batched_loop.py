@@ -76,9 +76,10 @@ class SpeculativeBatch:
 
     # -- joining and leaving -------------------------------------------------------------------------------------
     @torch.no_grad()
-    def add(self, prompts: list[torch.LongTensor], max_new_tokens: int | None = None) -> list[Row]:
+    def add(self, prompts: list[torch.LongTensor], max_lengths: list[int]) -> list[Row]:
         """Prefill `prompts` ((T_i,) each) as a left-padded sub-batch, merge them in; returns their rows (each
-        already holds its first generated token, like plain generate's first step)."""
+        already holds its first generated token, like plain generate's first step). A row ends at
+        `max_lengths[i]` tokens (prompt included), at EOS, or at a stopping criterion."""
         dev = self.target.device
         width = max(len(p) for p in prompts)
         pad = self.config.pad_token_id if self.config.pad_token_id is not None else 0
@@ -109,8 +110,7 @@ class SpeculativeBatch:
             gen.stats.prefill_forwards += 1
             processed = process_rows(self.logits_processor, raw[i : i + 1], lambda r, x=row_ids: x)
             first = torch.multinomial(probabilities(processed), 1) if self.do_sample else processed.argmax(-1, True)
-            limit = len(p) + max_new_tokens if max_new_tokens is not None else self.config.max_length
-            row = Row(row_ids, len(p), gen, limit)
+            row = Row(row_ids, len(p), gen, max_lengths[i])
             self._commit(row, first)
             added.append(row)
         self._merge(cache, valid)
@@ -192,7 +192,9 @@ class SpeculativeBatch:
             tree = row.generator.greedy_tree(row.ids, k, self.settings.tree_budget, self.settings.tree_topk)
         if self.settings.prompt_lookup_tokens:
             width = min(self.settings.prompt_lookup_tokens, room)
-            tree.add_chain(prompt_lookup_candidates(row.ids, self.settings.prompt_lookup_ngram, width), not self.exact_q)
+            tree.add_chain(
+                prompt_lookup_candidates(row.ids, self.settings.prompt_lookup_ngram, width), not self.exact_q
+            )
         return tree
 
     def _accept(self, row: Row, tree: DraftTree, raw: torch.Tensor, feats: torch.Tensor) -> list[int]:
@@ -322,10 +324,9 @@ def batched_generate(
         target, drafter, generation_config, logits_processor, StoppingCriteriaList(extra) if extra else None
     )
     width = input_ids.shape[1]
-    rows = batch.add([ids[m] for ids, m in zip(input_ids, mask, strict=True)])
-    for row in rows:  # max_length counts the padded prompt, as in plain generate
-        row.max_length = generation_config.max_length - (width - row.prompt_len)
-        row.done = row.done or row.ids.shape[1] >= row.max_length
+    prompts = [ids[m] for ids, m in zip(input_ids, mask, strict=True)]
+    # max_length counts the padded prompt, as in plain generate
+    rows = batch.add(prompts, [generation_config.max_length - (width - len(p)) for p in prompts])
     while not batch.finished:
         batch.step()
         batch.drop_finished()
