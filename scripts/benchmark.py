@@ -912,6 +912,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="torch intra-op threads (0: torch's default). On a CPU shared with other jobs, 1 avoids "
         "threads waiting on a preempted peer (measured here: 2.4 vs 0.5-0.8 tok/s on 2 busy cores)",
     )
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        nargs="+",
+        default=None,
+        metavar="C",
+        help="instead of the per-prompt benchmark: concurrent requests (continuous batching server) vs plain "
+        "batched generate at each of these concurrencies, e.g. 1 4 8 16 32 (greedy)",
+    )
+    p.add_argument("--requests", type=int, default=4, help="--concurrency: requests per level (at least C)")
     p.add_argument("--out-dir", type=Path, default=Path("results"))
     return p.parse_args(argv)
 
@@ -960,6 +970,8 @@ def main(argv: list[str] | None = None) -> int:
         partial["meta"].update(meta, wall_seconds=time.perf_counter() - start)
         print(f"timing report: {write_outputs(partial, args.out_dir / 'timing_only')['json']}")
 
+    if args.concurrency:
+        return concurrency_main(args, target_path, drafters, cases, device, meta, start)
     report = run_benchmark(
         model_factory(target_path, assistant_path, drafters, device), cases, settings, on_timing_done=timing_done
     )
@@ -967,6 +979,23 @@ def main(argv: list[str] | None = None) -> int:
     paths = write_outputs(report, args.out_dir)
     print(format_text_table(report))
     print(f"wall time {report['meta']['wall_seconds']:.0f} s; wrote {', '.join(str(p) for p in paths.values())}")
+    return 0
+
+
+def concurrency_main(args, target_path, drafters, cases, device, meta, start) -> int:
+    from concurrency import run_concurrency, write
+
+    models = model_factory(target_path, None, drafters, device)(args.dtype)
+    pad = models.target.generation_config.pad_token_id
+    pad = pad if pad is not None else models.target.generation_config.eos_token_id
+    pad = pad[0] if isinstance(pad, list) else pad
+    prompts = [case.input_ids[0] for case in cases]
+    report = run_concurrency(
+        models.target, models.drafters, prompts, args.concurrency, args.requests, args.max_new_tokens, pad
+    )
+    report["meta"] = meta | {"wall_seconds": time.perf_counter() - start, "environment": environment()}
+    paths = write(report, args.out_dir)
+    print(f"wrote {', '.join(str(p) for p in paths)}")
     return 0
 
 

@@ -189,3 +189,26 @@ def test_prompt_sets_when_installed(name):
     assert len(prompts) == 3 and prompts == prompt_sets.load_prompts(name, 3, seed=1)
     for p in prompts:
         assert p["task"] == name and p["messages"][0]["role"] == "user" and p["messages"][0]["content"]
+
+
+def test_concurrency_levels_report_throughput_latency_and_identical_outputs(tmp_path):
+    import concurrency
+
+    from hf_specdec import DCOCODrafter
+
+    target = tiny_target("llama").float()
+    drafters = {"fresh-b4": make_drafter(target, 4), "dcoco": make_drafter(target, 4, cls=DCOCODrafter)}
+    prompts = [case.input_ids[0] for case in tiny_cases()]
+    report = concurrency.run_concurrency(target, drafters, prompts, [1, 3], 4, 6, pad=0)
+    rows = report["rows"]
+    assert [(r["concurrency"], r["method"]) for r in rows] == [
+        (c, m) for c in (1, 3) for m in ("plain batched generate", "fresh-b4", "dcoco")
+    ]
+    for r in rows:
+        assert r["tokens"] == r["requests"] * 6 and r["latency_p90_s"] <= r["seconds"] + 1e-6
+        if r["method"] != "plain batched generate":
+            assert r["identical"] == r["requests"] and r["tau"] >= 1.0
+            plain = next(p for p in rows if p["concurrency"] == r["concurrency"] and p["method"].startswith("plain"))
+            assert math.isclose(r["throughput_ratio"], r["tokens_per_s"] / plain["tokens_per_s"])
+    paths = concurrency.write(report, tmp_path)
+    assert json.loads(paths[0].read_text())["rows"] == rows and (tmp_path / "concurrency.png").is_file()
