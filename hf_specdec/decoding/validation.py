@@ -6,11 +6,14 @@ is a case that would otherwise give silently different behaviour or an obscure f
 
 from __future__ import annotations
 
+import logging
+
 from transformers import GenerationConfig, PreTrainedModel, StaticCache
 from transformers.generation.configuration_utils import GenerationMode
 
 from ..drafting.target_features import check_drafter_matches_target
 
+logger = logging.getLogger(__name__)
 _STATIC_CACHES = ("static", "offloaded_static", "hybrid", "sliding_window", "hybrid_chunked", "offloaded_hybrid")
 
 
@@ -44,6 +47,27 @@ def validate_generation_settings(
     if getattr(generation_config, "use_mtp", False):
         raise ValueError(f"use_mtp selects another drafting method; unset it when passing {name}.")
     check_drafter_matches_target(drafter.config, target)
+    warn_int8_outliers(target)
+
+
+def warn_int8_outliers(target: PreTrainedModel) -> None:
+    """bitsandbytes LLM.int8 with an outlier threshold picks fp16 columns over *all* tokens of a forward, so a
+    token's logits depend on which other tokens share it: verifying a block (or a batch) cannot reproduce one-token
+    decoding bit for bit. Said once per target; `llm_int8_threshold=0.0` makes int8 per-token exact."""
+    if getattr(target, "_hf_specdec_int8_warned", False):
+        return
+    for module in target.modules():
+        threshold = getattr(getattr(module, "state", None), "threshold", 0.0)
+        if type(module).__name__ == "Linear8bitLt" and threshold and threshold > 0:
+            logger.warning(
+                "the target is 8-bit (bitsandbytes LLM.int8) with llm_int8_threshold=%s: its outlier columns are "
+                "chosen over all tokens of a forward, so drafted (and batched) greedy output can differ from "
+                "one-token decoding of the same quantized model. Load it with BitsAndBytesConfig(load_in_8bit=True, "
+                "llm_int8_threshold=0.0) for exact output, or use 4-bit.",
+                threshold,
+            )
+            target._hf_specdec_int8_warned = True
+            return
 
 
 def validate_inputs(drafter: PreTrainedModel, input_ids, cache) -> None:
