@@ -113,3 +113,15 @@ def test_specopd_lora_pipeline_resumes_and_saves_adapter_and_merged_drafter(tmp_
         torch.allclose(x, y, atol=1e-6)
         for x, y in zip(adapter.state_dict().values(), a.state_dict().values(), strict=True)
     )
+
+
+def test_pickled_adapters_are_not_loaded(tmp_path):
+    target = tiny_target("llama")
+    base = make_drafter(target, 4)
+    base.save_pretrained(tmp_path / "base")
+    save_adapter(add_lora(base, config_for(tmp_path), str(tmp_path / "base")), tmp_path / "adapter")
+    weights = tmp_path / "adapter" / "adapter_model.safetensors"
+    torch.save({}, tmp_path / "adapter" / "adapter_model.bin")
+    weights.unlink()
+    with pytest.raises(ValueError, match="only safetensors"):
+        load_drafter(tmp_path / "adapter")

@@ -62,6 +62,11 @@ def load_adapter(folder: str | os.PathLike, base: BlockDrafter | None = None, **
     """Load `base` (default: the drafter the adapter config names) with the adapter in `folder`, merged."""
     from ..drafting.loading import load_drafter
 
+    if not (Path(folder) / "adapter_model.safetensors").is_file():
+        raise ValueError(
+            f"{folder} has no adapter_model.safetensors; only safetensors adapters are loaded (a pickled "
+            "adapter_model.bin runs code when loaded). Re-save it with save_pretrained(safe_serialization=True)."
+        )
     if base is None:
         name = json.loads((Path(folder) / ADAPTER_CONFIG).read_text()).get("base_model_name_or_path")
         if not name:
