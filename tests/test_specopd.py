@@ -186,3 +186,16 @@ def test_sequential_rollout_follows_the_targets_greedy_text(tmp_path):
     assert committed[: len(prefix) + 1] == greedy[0, :-1].tolist()
     full = target.generate(torch.tensor([prefix]), max_new_tokens=len(committed) - len(prefix), do_sample=False)
     assert committed[len(prefix) :] == full[0, len(prefix) :].tolist()
+
+
+def test_throughput_measurement_counts_supervised_tokens_per_target_pass(tmp_path):
+    from hf_specdec.training.throughput import measure_supervision
+
+    config, target, drafter, seqs = specopd_setup(tmp_path, "block", rollout_rounds=3, tree_anchors=4, branches=4)
+    before = {k: v.clone() for k, v in drafter.state_dict().items()}
+    seq, spec = measure_supervision(config, target, drafter, seqs, ["sequential_opd", "specopd"], steps=2)
+    assert all(torch.equal(v, drafter.state_dict()[k]) for k, v in before.items())  # copies were trained
+    assert seq.objective == "sequential_opd" and spec.objective == "specopd"
+    assert seq.supervised_per_pass <= 3  # k = block_size - 1 drafts per verify pass
+    assert spec.target_passes == 2 * 2 and spec.supervised_per_pass > 3 * seq.supervised_per_pass
+    assert 0 < seq.target_seconds <= seq.seconds and spec.tokens_per_second > 0
