@@ -8,6 +8,8 @@ none, or exactly `corrupt_at` of them.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
@@ -103,6 +105,18 @@ class OracleDCOCODrafter(OracleReference, DCOCODrafter):
 
 hf_specdec.register_drafter_kind(OracleDrafter, OracleCandidateGenerator)
 hf_specdec.register_drafter_kind(OracleDCOCODrafter, OracleDCOCOGenerator)
+
+
+def saved_run_inputs(folder, sequences: int = 3, length: int = 40, drafter_cls=BlockDrafter):
+    """A tiny target and a block-4 drafter saved under `folder`, plus a data file of `sequences` random token-id
+    items (supervised from position 8): what the training scripts read. Returns the target."""
+    target = tiny_target("llama")
+    target.save_pretrained(folder / "target")
+    make_drafter(target, 4, cls=drafter_cls).save_pretrained(folder / "drafter")
+    g = torch.Generator().manual_seed(3)
+    items = [{"ids": torch.randint(3, 250, (length,), generator=g).tolist(), "loss_start": 8} for _ in range(sequences)]
+    (folder / "data.jsonl").write_text("\n".join(json.dumps(item) for item in items))
+    return target
 
 
 def make_drafter(target, block_size: int, cls=BlockDrafter, seed: int = 1, **kwargs):

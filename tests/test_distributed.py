@@ -6,20 +6,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-import torch
-from conftest import make_drafter, tiny_target
+from conftest import saved_run_inputs
 from safetensors.torch import load_file
+
+from hf_specdec import DCOCODrafter
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_two_processes_match_one_process_with_twice_the_batch(tmp_path):
-    target = tiny_target("llama")
-    target.save_pretrained(tmp_path / "target")
-    make_drafter(target, 4, cls=__import__("hf_specdec").DCOCODrafter).save_pretrained(tmp_path / "drafter")
-    g = torch.Generator().manual_seed(3)
-    lines = [json.dumps({"ids": torch.randint(3, 250, (40,), generator=g).tolist(), "loss_start": 8}) for _ in range(6)]
-    (tmp_path / "data.jsonl").write_text("\n".join(lines))
+    saved_run_inputs(tmp_path, sequences=6, drafter_cls=DCOCODrafter)
     args = [
         str(ROOT / "scripts" / "train_drafter.py"),
         *("--target", str(tmp_path / "target"), "--drafter", str(tmp_path / "drafter")),

@@ -21,7 +21,7 @@ import huggingface_hub.constants as hub_constants
 import huggingface_hub.hf_api as hub_api
 import pytest
 import torch
-from conftest import make_drafter, tiny_target
+from conftest import make_drafter, saved_run_inputs, tiny_target
 from huggingface_hub import CommitOperationAdd, HfApi, ModelCard, hf_hub_download
 from huggingface_hub.errors import HfHubHTTPError
 from safetensors.torch import load_file
@@ -371,12 +371,7 @@ def test_training_with_push_to_hub_publishes_the_drafter_and_its_recipe(hub_env,
     from hf_specdec.training.config import DistillationConfig
     from hf_specdec.training.pipeline import run_training
 
-    target = tiny_target("llama")
-    target.save_pretrained(tmp_path / "target")
-    make_drafter(target, 4).save_pretrained(tmp_path / "drafter")
-    g = torch.Generator().manual_seed(3)
-    lines = [json.dumps({"ids": torch.randint(3, 250, (40,), generator=g).tolist(), "loss_start": 8}) for _ in range(3)]
-    (tmp_path / "data.jsonl").write_text("\n".join(lines))
+    saved_run_inputs(tmp_path)
     settings = dict(
         target=str(tmp_path / "target"),
         drafter=str(tmp_path / "drafter"),

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import MASK_ID, make_drafter, tiny_target
+from conftest import MASK_ID, make_drafter, saved_run_inputs, tiny_target
 
 from hf_specdec import BlockDrafter, DCOCODrafter, load_drafter
 from hf_specdec.training.config import DistillationConfig
@@ -60,12 +60,7 @@ def test_unknown_lora_modules_are_refused(tmp_path):
 
 
 def test_specopd_lora_pipeline_resumes_and_saves_adapter_and_merged_drafter(tmp_path, monkeypatch):
-    target = tiny_target("llama")
-    target.save_pretrained(tmp_path / "target")
-    make_drafter(target, 4).save_pretrained(tmp_path / "drafter")
-    g = torch.Generator().manual_seed(3)
-    lines = [json.dumps({"ids": torch.randint(3, 250, (40,), generator=g).tolist(), "loss_start": 8}) for _ in range(3)]
-    (tmp_path / "data.jsonl").write_text("\n".join(lines))
+    saved_run_inputs(tmp_path)
 
     def config(out, steps):
         return DistillationConfig(

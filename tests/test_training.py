@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import MASK_ID, make_drafter, tiny_target
+from conftest import MASK_ID, make_drafter, saved_run_inputs, tiny_target
 from safetensors.torch import load_file
 
 from hf_specdec.training.config import DrafterTrainingConfig
@@ -349,12 +349,7 @@ def test_head_training_pipelines_save_loadable_drafters_and_logs(tmp_path):
     from hf_specdec.training.corrector import run_corrector_training
     from hf_specdec.training.mixture import run_mixture_training
 
-    target = tiny_target("llama")
-    target.save_pretrained(tmp_path / "target")
-    make_drafter(target, 4).save_pretrained(tmp_path / "drafter")
-    g = torch.Generator().manual_seed(3)
-    lines = [json.dumps({"ids": torch.randint(3, 250, (40,), generator=g).tolist(), "loss_start": 8}) for _ in range(3)]
-    (tmp_path / "data.jsonl").write_text("\n".join(lines))
+    saved_run_inputs(tmp_path)
     common = dict(
         target=str(tmp_path / "target"),
         drafter=str(tmp_path / "drafter"),

@@ -34,6 +34,7 @@ from ..verification.acceptance import greedy_walk, speculative_walk
 from ..verification.tree import DraftTree
 from .registry import generator_class_for
 from .settings import DecodingSettings
+from .speculative_loop import _path_context as path_context
 
 
 @dataclass
@@ -199,7 +200,7 @@ class SpeculativeBatch:
 
     def _accept(self, row: Row, tree: DraftTree, raw: torch.Tensor, feats: torch.Tensor) -> list[int]:
         """Acceptance for one row; returns the fed slots (0 = its last token) whose KV rows stay."""
-        context = functools.partial(_path_context, row.ids, tree)
+        context = functools.partial(path_context, row.ids, tree)
         processed = process_rows(self.logits_processor, raw, context)  # (N_b + 1, V)
         if self.do_sample:
             path, bonus = speculative_walk(tree, probabilities(processed))
@@ -289,13 +290,6 @@ def _left_pad(x: torch.Tensor, width: int) -> torch.Tensor:
 def _left_pad_mask(valid: torch.Tensor, width: int) -> torch.Tensor:
     missing = width - valid.shape[1]
     return valid if missing == 0 else torch.cat([valid.new_zeros(valid.shape[0], missing), valid], dim=1)
-
-
-def _path_context(ids: torch.LongTensor, tree: DraftTree, slot: int) -> torch.LongTensor:
-    if slot == 0:
-        return ids
-    path = torch.tensor([tree.tokens[i] for i in tree.path_to(slot - 1)], device=ids.device)
-    return torch.cat([ids, path[None]], dim=-1)
 
 
 @torch.no_grad()
