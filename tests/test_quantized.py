@@ -73,3 +73,33 @@ def test_outlier_threshold_warning(tmp_path, caplog):
         model.generate(prompt, max_new_tokens=3, do_sample=False, assistant_model=drafter)
     said = [r for r in caplog.records if "llm_int8_threshold" in r.getMessage()]
     assert len(said) == 1
+
+
+def test_specopd_lora_training_with_a_4bit_target(tmp_path):
+    """The frozen target of a training run may be loaded in 4-bit: SpecOPD + LoRA runs and saves a drafter."""
+    from conftest import saved_run_inputs
+
+    from hf_specdec import load_drafter
+    from hf_specdec.training.config import DistillationConfig
+    from hf_specdec.training.pipeline import run_training
+
+    saved_run_inputs(tmp_path)
+    config = DistillationConfig(
+        target=str(tmp_path / "target"),
+        drafter=str(tmp_path / "drafter"),
+        data_file=str(tmp_path / "data.jsonl"),
+        output_dir=str(tmp_path / "run"),
+        target_quantization="4bit",
+        objective="specopd",
+        lora_rank=4,
+        block_size=4,
+        num_steps=2,
+        batch_size=2,
+        anchors_per_sequence=4,
+        tree_anchors=2,
+        dtype="float32",
+    )
+    out = run_training(config)
+    assert type(load_drafter(out)).__name__ == "BlockDrafter"
+    with pytest.raises(ValueError, match="target_quantization"):
+        DistillationConfig(target="t", output_dir="o", target_quantization="3bit")

@@ -21,6 +21,7 @@ Host syncs: per row and step (tree building, acceptance), not per vocabulary ent
 from __future__ import annotations
 
 import functools
+import inspect
 from dataclasses import dataclass, field
 
 import torch
@@ -70,6 +71,8 @@ class SpeculativeBatch:
         self.rows: list[Row] = []
         self.cache = DynamicCache()
         self.valid = torch.zeros(0, 0, dtype=torch.bool, device=target.device)  # (B, S)
+        params = inspect.signature(target.forward).parameters
+        self.cache_arg = "cache" if "cache" in params else "past_key_values"  # transformers renamed it
         self.eos = getattr(generation_config, "_eos_token_tensor", None)
         if self.eos is None and generation_config.eos_token_id is not None:
             eos = generation_config.eos_token_id
@@ -96,7 +99,7 @@ class SpeculativeBatch:
             ids,
             attention_mask=valid.long(),
             position_ids=positions,
-            past_key_values=cache,
+            **{self.cache_arg: cache},
             use_cache=True,
             output_hidden_states=gen0.model_kwargs_overrides["output_hidden_states"],
             logits_to_keep=1,
@@ -159,7 +162,7 @@ class SpeculativeBatch:
             feed,
             attention_mask=_mask_for(self.target, allowed),
             position_ids=positions,
-            past_key_values=self.cache,
+            **{self.cache_arg: self.cache},
             use_cache=True,
             output_hidden_states=self.rows[0].generator.model_kwargs_overrides["output_hidden_states"],
         )

@@ -66,6 +66,9 @@ class DrafterTrainingConfig:
     dtype: str = field(default="auto", metadata={"help": "target dtype: auto (bf16 on CUDA and CPU), float32"})
     device: str = field(default="auto", metadata={"help": "auto, cpu or cuda"})
     resume: bool = field(default=True, metadata={"help": "continue from output_dir/checkpoint when present"})
+    target_quantization: str | None = field(
+        default=None, metadata={"help": "load the frozen target in 8bit or 4bit with bitsandbytes (saves memory)"}
+    )
     lora_rank: int = field(default=0, metadata={"help": "LoRA rank of the drafter's adapters; 0: full fine-tuning"})
     lora_alpha: float = field(default=16.0, metadata={"help": "LoRA scaling numerator (alpha / rank)"})
     lora_dropout: float = field(default=0.0, metadata={"help": "dropout on the LoRA path"})
@@ -113,6 +116,8 @@ class DrafterTrainingConfig:
             raise ValueError(f"dtype must be auto, bfloat16 or float32, got {self.dtype!r}")
         if self.device not in ("auto", "cpu", "cuda"):
             raise ValueError(f"device must be auto, cpu or cuda, got {self.device!r}")
+        if self.target_quantization not in (None, "8bit", "4bit"):
+            raise ValueError(f"target_quantization must be 8bit or 4bit (or unset), got {self.target_quantization!r}")
         if self.lora_rank < 0 or self.lora_alpha <= 0 or not 0 <= self.lora_dropout < 1:
             raise ValueError("lora_rank must be >= 0 (0: full fine-tuning), lora_alpha > 0, lora_dropout in [0, 1)")
         if self.lora_rank and not self.lora_target_modules:

@@ -24,6 +24,8 @@ from .data import (
 )
 from .trainer import DrafterTrainer
 
+ON_POLICY_COUNTERS = ("trunk_labels", "target_tokens", "branch_tokens", "target_passes", "target_seconds", "loss_terms")
+
 
 def device_and_dtype(config: DrafterTrainingConfig) -> tuple[torch.device, torch.dtype]:
     cuda = torch.cuda.is_available() if config.device == "auto" else config.device == "cuda"
@@ -37,7 +39,19 @@ def load_target(config: DrafterTrainingConfig):
     """The frozen target (on the configured device, in the training dtype) and its tokenizer (None if it has none:
     a data_file of token ids needs none)."""
     device, dtype = device_and_dtype(config)
-    target = AutoModelForCausalLM.from_pretrained(config.target, dtype=dtype).to(device).eval()
+    if config.target_quantization:
+        from transformers import BitsAndBytesConfig
+
+        quant = (
+            BitsAndBytesConfig(load_in_8bit=True, llm_int8_threshold=0.0)  # per-token exact (see validation.py)
+            if config.target_quantization == "8bit"
+            else BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=dtype, bnb_4bit_quant_type="nf4")
+        )
+        target = AutoModelForCausalLM.from_pretrained(
+            config.target, dtype=dtype, quantization_config=quant, device_map={"": str(device)}
+        ).eval()
+    else:
+        target = AutoModelForCausalLM.from_pretrained(config.target, dtype=dtype).to(device).eval()
     try:
         tokenizer = AutoTokenizer.from_pretrained(config.target)
     except (OSError, ValueError):
@@ -211,7 +225,13 @@ def train_and_save(
         "device": str(target.device),
         "dtype": str(target.dtype),
     }
-    log.update({k: state[k] for k in ("trunk_labels", "target_tokens", "branch_tokens", "target_passes") if k in state})
+    log.update(
+        {
+            k: state[k]
+            for k in ("trunk_labels", "target_tokens", "branch_tokens", "target_passes", "loss_terms")
+            if k in state
+        }
+    )
     (Path(config.output_dir) / "training_log.json").write_text(json.dumps(log, indent=1))
     if config.push_to_hub:
         publish(config, out)

@@ -10,8 +10,11 @@ So one target forward supervises at most k tokens; SpecOPD's packed pass supervi
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 import torch.nn.functional as F
+from transformers.cache_utils import DynamicCache
 
 from ..drafting.target_features import tapped_features
 from .data import TrainingSequence
@@ -27,11 +30,14 @@ class SequentialOPDTrainer(SpecOPDTrainer):
         cfg, target, dev = self.config, self.target, self.device
         K, layers = self.drafter.config.block_size, self.drafter.config.target_layer_ids
         T = seq.ids.shape[0]
+        cache_arg = "cache" if "cache" in inspect.signature(target.forward).parameters else "past_key_values"
         low = max(seq.loss_start, 2)
         start = int(torch.randint(low, max(low + 1, T), (1,), generator=generator))
+        cache = DynamicCache()
         with torch.no_grad(), self.timed("target_seconds"):  # prefill all but the last token (fed with the drafts)
-            out = target(seq.ids[None, : start - 1].to(target.device), use_cache=True, output_hidden_states=True)
-        cache, features = out.past_key_values, tapped_features(out.hidden_states, layers, start - 1)  # (1, C, L*H)
+            prefix = seq.ids[None, : start - 1].to(target.device)
+            out = target(prefix, **{cache_arg: cache}, use_cache=True, output_hidden_states=True)
+        features = tapped_features(out.hidden_states, layers, start - 1)  # (1, C, L*H)
         pending, length = seq.ids[start - 1 : start], start - 1
         losses, supervised = [], 0
         for _ in range(cfg.rollout_rounds):
@@ -50,7 +56,7 @@ class SequentialOPDTrainer(SpecOPDTrainer):
             # 2) verify: one target forward on the cache
             with torch.no_grad(), self.timed("target_seconds"):
                 fed = torch.cat([pending, drafts])[None].to(target.device)  # (1, K)
-                out = target(fed, past_key_values=cache, use_cache=True, output_hidden_states=True)
+                out = target(fed, **{cache_arg: cache}, use_cache=True, output_hidden_states=True)
                 row_logits = out.logits[0].float()  # (K, V)
                 probs = torch.softmax(row_logits[:-1] / cfg.temperature, dim=-1)  # (k, V) p of each drafted token
             vocab = self.drafter.draft_vocab

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from transformers import PreTrainedModel
 
+from ..decoding.lm_head_strides import fix_lm_head_strides
 from ..verification.tree import mask_for_attention
 from .data import TrainingSequence
 from .losses import dflash_decayed_cross_entropy, expected_verified_length_loss
@@ -61,7 +62,10 @@ class SpecOPDTrainer(DrafterTrainer):
         self.to_draft = self.label_index if self.label_index is not None else torch.arange(vocab, device=self.device)
         self.policy = policy_for(drafter, self.embed, config.temperature, self.to_draft)
         self.eos = eos_ids(target)
-        self.state.update(trunk_labels=0, target_tokens=0, branch_tokens=0, target_passes=0, target_seconds=0.0)
+        fix_lm_head_strides(target)  # the frozen head's slow CPU path on strided inputs (see lm_head_strides.py)
+        self.state.update(
+            trunk_labels=0, target_tokens=0, branch_tokens=0, target_passes=0, target_seconds=0.0, loss_terms=[]
+        )
 
     @contextlib.contextmanager
     def timed(self, key: str):
@@ -104,6 +108,8 @@ class SpecOPDTrainer(DrafterTrainer):
         self.state["target_tokens"] += len(trees.input_ids)
         self.state["target_passes"] += 1
         self.state["branch_tokens"] += n * M * k
+        terms = [self.state["step"] + 1, float(e2e.detach()), float(ce.detach())]
+        self.state.setdefault("loss_terms", []).append(terms)  # per sequence: step, E2E-TV, trunk CE
         return e2e + cfg.ce_weight * ce, trees.supervised
 
     def teacher(self, trees) -> torch.Tensor:
