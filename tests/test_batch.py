@@ -161,3 +161,16 @@ def test_server_requests_joining_and_leaving_get_their_own_greedy_text(cls):
         assert torch.equal(request.output_ids, alone)
         assert stream.tokens == alone.tolist() and stream.ended
         assert request.latency >= 0 and request.started_at >= request.submitted_at
+
+
+def test_length_and_history_processors_see_the_padded_rows_as_plain_batched_generate_does():
+    """min_new_tokens and repetition_penalty depend on the (padded) row: drafted batches match plain ones."""
+    target = tiny_target("llama").float()
+    prompts, ids, mask = batch_inputs(seed=9)
+    plain = target.generate(ids, attention_mask=mask, max_new_tokens=12, do_sample=False)
+    eos = int(plain[1, -9])
+    kwargs = dict(attention_mask=mask, max_new_tokens=12, do_sample=False, eos_token_id=eos, min_new_tokens=5)
+    kwargs["repetition_penalty"] = 1.5
+    expected = target.generate(ids, **kwargs)
+    out = target.generate(ids, **kwargs, assistant_model=batch_oracle(target, prompts, 4, [None, 1, 0], 12))
+    assert torch.equal(out, expected)

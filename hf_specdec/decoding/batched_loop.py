@@ -30,7 +30,7 @@ from transformers.cache_utils import DynamicCache
 
 from ..drafting.prompt_lookup import prompt_lookup_candidates
 from ..drafting.target_features import tapped_features
-from ..sampling.processed import probabilities, process_rows
+from ..sampling.processed import probabilities, process_rows, row_processors
 from ..verification.acceptance import greedy_walk, speculative_walk
 from ..verification.tree import DraftTree
 from .registry import generator_class_for
@@ -46,6 +46,8 @@ class Row:
     prompt_len: int
     generator: object  # the drafter kind's candidate generator (own context cache)
     max_length: int  # like generation_config.max_length, for this row's unpadded tokens
+    padding: torch.LongTensor | None = None  # (1, P) left padding plain batched generate shows its processors
+    processors: LogitsProcessorList | None = None  # the call's processors as they apply to this row
     done: bool = False
     new_tokens: list[int] = field(default_factory=list)
 
@@ -80,10 +82,14 @@ class SpeculativeBatch:
 
     # -- joining and leaving -------------------------------------------------------------------------------------
     @torch.no_grad()
-    def add(self, prompts: list[torch.LongTensor], max_lengths: list[int]) -> list[Row]:
+    def add(
+        self, prompts: list[torch.LongTensor], max_lengths: list[int], padding: list[int] | None = None
+    ) -> list[Row]:
         """Prefill `prompts` ((T_i,) each) as a left-padded sub-batch, merge them in; returns their rows (each
         already holds its first generated token, like plain generate's first step). A row ends at
-        `max_lengths[i]` tokens (prompt included), at EOS, or at a stopping criterion."""
+        `max_lengths[i]` tokens (prompt included), at EOS, or at a stopping criterion. `padding[i]` pad tokens are
+        put before the row's tokens where logits processors look (length- and history-dependent processors then
+        see what they see in a left-padded plain batch)."""
         dev = self.target.device
         width = max(len(p) for p in prompts)
         pad = self.config.pad_token_id if self.config.pad_token_id is not None else 0
@@ -109,12 +115,15 @@ class SpeculativeBatch:
         added = []
         for i, p in enumerate(prompts):
             row_ids = p.to(dev)[None]
+            pads = torch.full((1, padding[i] if padding else 0), pad, dtype=torch.long, device=dev)
             gen = gen0 if i == 0 else self._generator()
             gen.queue_features(feats[i : i + 1, width - len(p) :])
             gen.stats.prefill_forwards += 1
-            processed = process_rows(self.logits_processor, raw[i : i + 1], lambda r, x=row_ids: x)
+            seen = torch.cat([pads, row_ids], dim=-1)
+            processors = row_processors(self.logits_processor, i, len(prompts))
+            processed = process_rows(processors, raw[i : i + 1], lambda r, x=seen: x)
             first = torch.multinomial(probabilities(processed), 1) if self.do_sample else processed.argmax(-1, True)
-            row = Row(row_ids, len(p), gen, max_lengths[i])
+            row = Row(row_ids, len(p), gen, max_lengths[i], pads, processors)
             self._commit(row, first)
             added.append(row)
         self._merge(cache, valid)
@@ -191,7 +200,7 @@ class SpeculativeBatch:
         if row.done or k <= 0:
             return DraftTree()
         if self.exact_q:
-            tree = row.generator.sampled_tree(row.ids, k, self.settings.sample_branches, self.logits_processor)
+            tree = row.generator.sampled_tree(row.ids, k, self.settings.sample_branches, row.processors)
         else:
             tree = row.generator.greedy_tree(row.ids, k, self.settings.tree_budget, self.settings.tree_topk)
         if self.settings.prompt_lookup_tokens:
@@ -203,8 +212,9 @@ class SpeculativeBatch:
 
     def _accept(self, row: Row, tree: DraftTree, raw: torch.Tensor, feats: torch.Tensor) -> list[int]:
         """Acceptance for one row; returns the fed slots (0 = its last token) whose KV rows stay."""
-        context = functools.partial(path_context, row.ids, tree)
-        processed = process_rows(self.logits_processor, raw, context)  # (N_b + 1, V)
+        seen = row.ids if row.padding is None else torch.cat([row.padding, row.ids], dim=-1)
+        context = functools.partial(path_context, seen, tree)
+        processed = process_rows(row.processors, raw, context)  # (N_b + 1, V)
         if self.do_sample:
             path, bonus = speculative_walk(tree, probabilities(processed))
         else:
@@ -323,7 +333,8 @@ def batched_generate(
     width = input_ids.shape[1]
     prompts = [ids[m] for ids, m in zip(input_ids, mask, strict=True)]
     # max_length counts the padded prompt, as in plain generate
-    rows = batch.add(prompts, [generation_config.max_length - (width - len(p)) for p in prompts])
+    pads = [width - len(p) for p in prompts]
+    rows = batch.add(prompts, [generation_config.max_length - n for n in pads], pads)
     while not batch.finished:
         batch.step()
         batch.drop_finished()

@@ -8,6 +8,7 @@ token history are applied to all rows in one call; any other processor gets each
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 
 import torch
@@ -16,6 +17,8 @@ from transformers.generation.logits_process import (
     EpsilonLogitsWarper,
     EtaLogitsWarper,
     MinPLogitsWarper,
+    PrefixConstrainedLogitsProcessor,
+    RepetitionPenaltyLogitsProcessor,
     TemperatureLogitsWarper,
     TopKLogitsWarper,
     TopPLogitsWarper,
@@ -50,6 +53,24 @@ def process_rows(
     if history_free(logits_processor):
         return logits_processor(context_of(0), logits)
     return torch.cat([logits_processor(context_of(r), logits[r : r + 1]) for r in range(logits.shape[0])])
+
+
+def row_processors(logits_processor: LogitsProcessorList | None, row: int, batch_size: int) -> LogitsProcessorList:
+    """The processors as plain batched generate applies them to row `row`, for calling on that row alone: per-row
+    state is sliced (repetition penalty's per-row `prompt_ignore_length`, which skips the row's left padding).
+    A processor that needs the row's index in the batch (`prefix_allowed_tokens_fn`) is refused for batches."""
+    out = LogitsProcessorList()
+    for proc in logits_processor or ():
+        if isinstance(proc, RepetitionPenaltyLogitsProcessor) and isinstance(proc.prompt_ignore_length, torch.Tensor):
+            proc = copy.copy(proc)
+            proc.prompt_ignore_length = proc.prompt_ignore_length[row : row + 1]
+        elif isinstance(proc, PrefixConstrainedLogitsProcessor) and batch_size > 1:
+            raise ValueError(
+                "prefix_allowed_tokens_fn receives the row's batch index, which batched drafting does not keep; "
+                "call generate once per prompt with it."
+            )
+        out.append(proc)
+    return out
 
 
 def call_temperature(logits_processor: LogitsProcessorList | None) -> float:
