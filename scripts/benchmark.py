@@ -989,7 +989,10 @@ def concurrency_main(args, target_path, drafters, cases, device, meta, start) ->
     pad = models.target.generation_config.pad_token_id
     pad = pad if pad is not None else models.target.generation_config.eos_token_id
     pad = pad[0] if isinstance(pad, list) else pad
-    prompts = [case.input_ids[0] for case in cases]
+    by_task: dict[str, list] = {}
+    for case in cases:
+        by_task.setdefault(case.task, []).append(case.input_ids[0])
+    prompts = [p for group in itertools.zip_longest(*by_task.values()) for p in group if p is not None]  # tasks mixed
     report = run_concurrency(
         models.target, models.drafters, prompts, args.concurrency, args.requests, args.max_new_tokens, pad
     )
