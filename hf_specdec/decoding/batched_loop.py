@@ -32,7 +32,7 @@ from ..drafting.prompt_lookup import prompt_lookup_candidates
 from ..drafting.target_features import tapped_features
 from ..sampling.processed import probabilities, process_rows, row_processors
 from ..verification.acceptance import greedy_walk, speculative_walk
-from ..verification.tree import DraftTree
+from ..verification.tree import DraftTree, mask_for_attention, tree_attention_mask
 from .registry import generator_class_for
 from .settings import DecodingSettings
 from .speculative_loop import _path_context as path_context
@@ -169,7 +169,7 @@ class SpeculativeBatch:
             allowed[b, :, S:] = _tree_visibility(tree, n).to(dev)
         out = self.target(  # 2)
             feed,
-            attention_mask=_mask_for(self.target, allowed),
+            attention_mask=mask_for_attention(allowed, self.target.config._attn_implementation, self.target.dtype),
             position_ids=positions,
             **{self.cache_arg: self.cache},
             use_cache=True,
@@ -274,25 +274,9 @@ class SpeculativeBatch:
 def _tree_visibility(tree: DraftTree, n: int) -> torch.Tensor:
     """(n, n) fed slot i sees fed slot j: the root, its ancestors and itself; padding slots see themselves."""
     allowed = torch.eye(n, dtype=torch.bool)
-    allowed[1 : len(tree) + 1, 0] = True
-    for i, p in enumerate(tree.parents):
-        if p >= 0:
-            allowed[i + 1, 1:] |= allowed[p + 1, 1:]
+    size = len(tree) + 1
+    allowed[:size, :size] = tree_attention_mask(tree, 0, torch.float32, torch.device("cpu"), boolean=True)[0, 0]
     return allowed
-
-
-def _mask_for(target: PreTrainedModel, allowed: torch.Tensor):
-    """(B, Q, KV) bool visibility as the target's attention implementation takes it."""
-    impl = target.config._attn_implementation
-    if impl == "sdpa":
-        return allowed[:, None]
-    if impl == "eager":
-        mask = torch.zeros(allowed.shape, dtype=target.dtype, device=allowed.device)
-        return mask.masked_fill_(~allowed, torch.finfo(target.dtype).min)[:, None]
-    raise ValueError(
-        f"batched speculative decoding needs an attention implementation that takes a per-row mask (sdpa or eager); "
-        f"the target uses {impl!r}. Load it with attn_implementation='sdpa'."
-    )
 
 
 def _left_pad(x: torch.Tensor, width: int) -> torch.Tensor:
@@ -322,7 +306,11 @@ def batched_generate(
         raise ValueError("streamers take one sequence; with a batch, stream per request (hf_specdec.SpeculativeServer)")
     if generation_config.return_dict_in_generate:
         raise ValueError("return_dict_in_generate is not supported with batch size > 1 yet; it returns the sequences")
-    _mask_for(target, torch.ones(1, 1, 1, dtype=torch.bool, device=input_ids.device))  # refuse before any forward
+    if target.config._attn_implementation not in ("sdpa", "eager"):  # refused before any forward
+        raise ValueError(
+            "batched speculative decoding needs an attention implementation that takes a per-row mask (sdpa or "
+            f"eager); the target uses {target.config._attn_implementation!r}. Load it with attn_implementation='sdpa'."
+        )
     mask = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
     if bool((mask[:, :-1] & ~mask[:, 1:]).any()):
         raise ValueError("padding must be on the left for batched drafting (tokenizer.padding_side = 'left')")

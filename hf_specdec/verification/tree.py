@@ -175,26 +175,34 @@ def tree_attention_mask(
 
 
 def mask_for_attention(allowed: torch.Tensor, implementation: str, dtype: torch.dtype):
-    """A (Q, KV) bool visibility matrix (True = attend) as the mask `implementation` takes.
+    """A bool visibility matrix (True = attend), (Q, KV) for every row or (B, Q, KV) per row, as the mask
+    `implementation` takes.
 
-    sdpa: (1, 1, Q, KV) bool; eager: additive float (a bool mask there is silently wrong); flex_attention: a
+    sdpa: (B or 1, 1, Q, KV) bool; eager: additive float (a bool mask there is silently wrong); flex_attention: a
     BlockMask. Anything else cannot take an arbitrary mask: a clear error.
     """
+    per_row = allowed if allowed.dim() == 3 else allowed[None]  # (B, Q, KV)
     if implementation == "sdpa":
-        return allowed[None, None]
+        return per_row[:, None]
     if implementation == "eager":
-        mask = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
-        return mask.masked_fill_(~allowed, torch.finfo(dtype).min)[None, None]
+        mask = torch.zeros(per_row.shape, dtype=dtype, device=allowed.device)
+        return mask.masked_fill_(~per_row, torch.finfo(dtype).min)[:, None]
     if implementation == "flex_attention":
         from torch.nn.attention.flex_attention import create_block_mask
 
-        q_len, kv_len = allowed.shape
+        batch, q_len, kv_len = per_row.shape
         return create_block_mask(
-            lambda b, h, q, kv: allowed[q, kv], B=None, H=None, Q_LEN=q_len, KV_LEN=kv_len, device=allowed.device
+            lambda b, h, q, kv: per_row[b, q, kv],
+            B=batch,
+            H=None,
+            Q_LEN=q_len,
+            KV_LEN=kv_len,
+            device=allowed.device,
         )
     raise ValueError(
-        f"tree-masked target passes need an attention implementation that takes a custom mask (sdpa, eager or "
-        f"flex_attention); the target uses {implementation!r}. Load it with attn_implementation='sdpa', or use a chain."
+        f"tree-masked and batched target passes need an attention implementation that takes a custom per-row mask "
+        f"(sdpa, eager or flex_attention); the target uses {implementation!r}. Load it with "
+        "attn_implementation='sdpa', or decode one unbatched chain."
     )
 
 
