@@ -35,7 +35,7 @@ from ..verification.acceptance import greedy_walk, speculative_walk
 from ..verification.tree import DraftTree, mask_for_attention, tree_attention_mask
 from .registry import generator_class_for
 from .settings import DecodingSettings
-from .speculative_loop import _path_context as path_context
+from .speculative_loop import path_context, truncate_new
 
 
 @dataclass
@@ -228,19 +228,10 @@ class SpeculativeBatch:
 
     def _commit(self, row: Row, new: torch.LongTensor) -> None:
         """Append `new` (1, n) to the row, cut where plain generate would stop (max_length, EOS, criteria)."""
-        new = new[:, : row.max_length - row.ids.shape[1]]
-        if self.eos is not None:
-            hits = torch.isin(new[0], self.eos.to(new.device)).nonzero()
-            if hits.numel():
-                new, row.done = new[:, : int(hits[0]) + 1], True
-        if self.stopping_criteria is not None:
-            for j in range(new.shape[1]):
-                if bool(self.stopping_criteria(torch.cat([row.ids, new[:, : j + 1]], dim=-1), None).any()):
-                    new, row.done = new[:, : j + 1], True
-                    break
+        new, stopped = truncate_new(new, row.ids, row.max_length, self.eos, self.stopping_criteria)
         row.ids = torch.cat([row.ids, new], dim=-1)
         row.new_tokens.extend(new[0].tolist())
-        row.done = row.done or row.ids.shape[1] >= row.max_length
+        row.done = row.done or stopped or row.ids.shape[1] >= row.max_length
 
     def _merge(self, cache: DynamicCache, valid: torch.Tensor) -> None:
         """Append a prefilled sub-batch's cache and slot mask, left-padding the shorter side."""

@@ -103,7 +103,7 @@ def speculative_generate(
         raw = out.logits[0].float()  # (N + 1, V)
 
         # 4) acceptance
-        processed = process_rows(logits_processor, raw, functools.partial(_path_context, input_ids, tree))  # (N+1, V)
+        processed = process_rows(logits_processor, raw, functools.partial(path_context, input_ids, tree))  # (N+1, V)
         if do_sample:
             path, bonus = speculative_walk(tree, probabilities(processed))
         else:
@@ -117,7 +117,8 @@ def speculative_generate(
 
         # 6) commit, cut at max_length / EOS / other criteria (the cache is cut to match)
         new = torch.tensor([[tree.tokens[c] for c in path] + [bonus]], device=input_ids.device)
-        new = _truncate(new, input_ids, generation_config, gen.stopping_criteria)
+        eos = getattr(generation_config, "_eos_token_tensor", None)
+        new, _ = truncate_new(new, input_ids, generation_config.max_length, eos, gen.stopping_criteria)
         if new.shape[1] < len(rows):
             cache.crop(-(len(rows) - new.shape[1]))
         if want_scores:
@@ -141,7 +142,7 @@ def speculative_generate(
     )
 
 
-def _path_context(input_ids: torch.LongTensor, tree: DraftTree, row: int) -> torch.LongTensor:
+def path_context(input_ids: torch.LongTensor, tree: DraftTree, row: int) -> torch.LongTensor:
     """(1, T + depth) the tokens verified row `row` conditions on: committed tokens and the path to it."""
     if row == 0:
         return input_ids
@@ -189,19 +190,19 @@ def _keep_rows(cache, prefix_len: int, rows: list[int], chain: bool, fed: int) -
         layer.values = layer.values.index_select(-2, keep)
 
 
-def _truncate(new, input_ids, generation_config, extra_criteria):
-    """Cut new tokens where plain generate would have stopped: max_length, the first EOS, any other criterion."""
-    new = new[:, : generation_config.max_length - input_ids.shape[1]]
-    eos = getattr(generation_config, "_eos_token_tensor", None)
+def truncate_new(new, input_ids, max_length: int, eos, extra_criteria) -> tuple[torch.LongTensor, bool]:
+    """Cut new tokens (1, n) where plain generate would have stopped: `max_length`, the first EOS (`eos` ids or
+    None), any other criterion. Returns the kept tokens and whether EOS or a criterion ended generation."""
+    new = new[:, : max_length - input_ids.shape[1]]
     if eos is not None:
         hits = torch.isin(new[0], eos.to(new.device)).nonzero()
         if hits.numel():
-            new = new[:, : int(hits[0]) + 1]
+            return new[:, : int(hits[0]) + 1], True
     if extra_criteria is not None:
         for j in range(new.shape[1]):
             if bool(extra_criteria(torch.cat([input_ids, new[:, : j + 1]], dim=-1), None).any()):
-                return new[:, : j + 1]
-    return new
+                return new[:, : j + 1], True
+    return new, False
 
 
 __all__ = ["speculative_generate"]
