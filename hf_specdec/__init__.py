@@ -5,44 +5,28 @@
     out = target.generate(**inputs, assistant_model=drafter, max_new_tokens=128)
     print(drafter.last_acceptance_stats.tau)
 
-Importing the package registers the drafter classes with `AutoConfig`/`AutoModel` and routes
-`generate(assistant_model=<hf_specdec drafter>)` to hf_specdec's candidate generator.
+Importing the package registers every drafter kind (one folder each under `models/`, one `register_drafter_kind`
+call each: Auto classes, `load_drafter`, generators, policies, cards) and routes
+`generate(assistant_model=<hf_specdec drafter>)` to its kind's candidate generator. Layout: README "Architecture".
 
 Shape letters used throughout: B batch, T committed length, K block size (anchor included), k drafted tokens,
 C context rows, N tree nodes, V vocab, H hidden, L tapped target layers; p is the target distribution, q the draft.
 """
 
-from transformers import AutoConfig, AutoModel
-
-from .correction.generator import DCOCOCandidateGenerator
 from .decoding import transformers_seam
-from .decoding.candidate_generator import BlockDraftCandidateGenerator
-from .decoding.dblast_generator import DBLASTCandidateGenerator
-from .decoding.lm_head_strides import fix_lm_head_strides
-from .decoding.registry import register_drafter_kind
 from .decoding.server import Request, SpeculativeServer
-from .decoding.settings import DecodingSettings
-from .decoding.stats import AcceptanceStats
-from .drafting.configuration_block_drafter import BlockDrafterConfig, build_target_layer_ids
-from .drafting.configuration_dblast import DBLASTConfig
-from .drafting.configuration_dcoco import DCOCOConfig
-from .drafting.loading import load_drafter
-from .drafting.modeling_block_drafter import BlockDrafter
-from .drafting.modeling_dblast import DBLASTDrafter
-from .drafting.modeling_dcoco import DCOCODrafter
 from .hub import publish_drafter, render_card
+from .models.block_drafter import BlockDraftCandidateGenerator, BlockDrafter, BlockDrafterConfig, build_target_layer_ids
+from .models.dblast import DBLASTCandidateGenerator, DBLASTConfig, DBLASTDrafter
+from .models.dcoco import DCOCOCandidateGenerator, DCOCOConfig, DCOCODrafter
+from .models.lm_head_strides import fix_lm_head_strides
+from .models.loading import load_drafter
+from .models.registry import DrafterKind, KindCard, register_drafter_kind
+from .models.settings import DecodingSettings
+from .verification.stats import AcceptanceStats
 
 __version__ = "0.1.0"
 
-AutoConfig.register(BlockDrafterConfig.model_type, BlockDrafterConfig, exist_ok=True)
-AutoModel.register(BlockDrafterConfig, BlockDrafter, exist_ok=True)
-AutoConfig.register(DCOCOConfig.model_type, DCOCOConfig, exist_ok=True)
-AutoModel.register(DCOCOConfig, DCOCODrafter, exist_ok=True)
-register_drafter_kind(BlockDrafter, BlockDraftCandidateGenerator)
-register_drafter_kind(DCOCODrafter, DCOCOCandidateGenerator)
-AutoConfig.register(DBLASTConfig.model_type, DBLASTConfig, exist_ok=True)
-AutoModel.register(DBLASTConfig, DBLASTDrafter, exist_ok=True)
-register_drafter_kind(DBLASTDrafter, DBLASTCandidateGenerator)
 transformers_seam.install()
 
 __all__ = [
@@ -57,6 +41,8 @@ __all__ = [
     "DCOCOConfig",
     "DCOCODrafter",
     "DecodingSettings",
+    "DrafterKind",
+    "KindCard",
     "build_target_layer_ids",
     "fix_lm_head_strides",
     "load_drafter",

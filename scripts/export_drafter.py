@@ -32,7 +32,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from hf_specdec import BlockDrafter, BlockDrafterConfig, load_drafter
-from hf_specdec.drafting.dflash_format import export_dflash, is_dflash_config
+from hf_specdec.models.block_drafter.dflash_format import export_dflash, is_dflash_config
 
 
 def load_block_drafter(path: str) -> BlockDrafter:

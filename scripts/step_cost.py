@@ -26,7 +26,7 @@ import torch
 from transformers import AutoModelForCausalLM, DynamicCache
 
 import hf_specdec
-from hf_specdec.drafting.modeling_block_drafter import DraftContextCache
+from hf_specdec.models.block_drafter.modeling_block_drafter import DraftContextCache
 
 
 def median_ms(fn, reps: int) -> float:
@@ -57,7 +57,7 @@ def target_forward_ms(target, prompt, n_new: int, taps, reps: int) -> float:
 
 def corrector_ms(drafter, target, hidden, logits, reps: int, candidates: int) -> float:
     """Time of DCOCO's correction on one block: candidates, transitions and the walk."""
-    from hf_specdec.correction.walk import prefix_first_walk
+    from hf_specdec.models.dcoco.walk import prefix_first_walk
 
     dcoco = hf_specdec.DCOCODrafter.from_block_drafter(drafter, corrector_candidates=candidates).eval()
     embed = target.get_input_embeddings()

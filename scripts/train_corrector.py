@@ -17,7 +17,7 @@ from pathlib import Path
 from transformers import HfArgumentParser
 
 from hf_specdec.training.config import CorrectorTrainingConfig
-from hf_specdec.training.corrector import run_corrector_training
+from hf_specdec.training.dcoco import run_corrector_training
 
 
 def main() -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from transformers import HfArgumentParser
 
 from hf_specdec.training.config import MixtureTrainingConfig
-from hf_specdec.training.mixture import run_mixture_training
+from hf_specdec.training.dblast import run_mixture_training
 
 
 def main() -> None:

@@ -10,7 +10,7 @@ from conftest import make_drafter
 from transformers import AutoModel
 
 from hf_specdec import DBLASTConfig, DBLASTDrafter, DecodingSettings
-from hf_specdec.sampling.mixture import greedy_component, mixture_conditionals, sample_block
+from hf_specdec.models.dblast.mixture import greedy_component, mixture_conditionals, sample_block
 from hf_specdec.training.losses import expected_verified_length_loss, mixture_nll
 
 NEW_TOKENS = 25

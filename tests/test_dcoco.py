@@ -8,7 +8,7 @@ from conftest import OracleDCOCODrafter, make_drafter, oracle
 from transformers import AutoModel
 
 from hf_specdec import DCOCOConfig, DCOCODrafter, DecodingSettings
-from hf_specdec.correction.walk import conditional_log_probs, prefix_first_walk, sampled_walk
+from hf_specdec.models.dcoco.walk import conditional_log_probs, prefix_first_walk, sampled_walk
 from hf_specdec.training.losses import dcoco_selection_loss
 
 NEW_TOKENS = 29
@@ -64,7 +64,7 @@ def test_zero_transitions_reproduce_the_plain_drafter(target, prompt):
 def _generator(target, drafter):
     from transformers import GenerationConfig
 
-    from hf_specdec.decoding.registry import generator_class_for
+    from hf_specdec.models.registry import generator_class_for
 
     gen = generator_class_for(drafter)(drafter, target, GenerationConfig(max_length=100))
     gen.pending_width = len(drafter.config.target_layer_ids) * target.config.hidden_size

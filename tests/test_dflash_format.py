@@ -12,7 +12,7 @@ from safetensors.torch import save_file
 from transformers import AutoConfig, MuseGlimmerAssistantConfig, MuseGlimmerAssistantModel
 
 from hf_specdec import BlockDrafter
-from hf_specdec.drafting.modeling_block_drafter import DraftContextCache
+from hf_specdec.models.block_drafter.modeling_block_drafter import DraftContextCache
 
 H, HEADS, KV_HEADS, HEAD_DIM, INTER, LAYERS, TAPS = 64, 4, 2, 16, 96, 2, [1, 3, 5]
 ROPE_THETA = 10000.0

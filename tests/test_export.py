@@ -22,7 +22,7 @@ from safetensors import safe_open
 from transformers import AutoConfig, Qwen3Config
 
 from hf_specdec import BlockDrafter, DBLASTDrafter, DCOCODrafter, load_drafter
-from hf_specdec.drafting.dflash_format import export_dflash
+from hf_specdec.models.block_drafter.dflash_format import export_dflash
 
 # Top-level keys of a z-lab DFlash config.json (SpecForge `configs/qwen3-8b-dflash.json` schema), less `auto_map`:
 # the export ships no remote code.

@@ -6,7 +6,7 @@ import torch
 from conftest import make_drafter, tiny_target
 
 from hf_specdec import fix_lm_head_strides
-from hf_specdec.decoding.lm_head_strides import has_standard_strides
+from hf_specdec.models.lm_head_strides import has_standard_strides
 
 
 def test_stride_detection():

@@ -8,9 +8,8 @@ from conftest import make_drafter, tiny_target
 from hf_specdec import DBLASTDrafter, DCOCODrafter
 from hf_specdec.training.config import DistillationConfig
 from hf_specdec.training.data import TrainingSequence, target_features
-from hf_specdec.training.policies import policy_for
 from hf_specdec.training.proposal_trees import alive_after_eos, first_equal_branch, pack_proposal_trees
-from hf_specdec.training.specopd import SpecOPDTrainer, teacher_probs
+from hf_specdec.training.specopd import SpecOPDTrainer, policy_for, teacher_probs
 from hf_specdec.verification.tree import mask_for_attention
 
 

@@ -251,7 +251,7 @@ def test_feature_extraction_resumes_after_a_crash(tmp_path, monkeypatch):
 def test_corrector_training_learns_transitions_with_a_frozen_backbone(tmp_path):
     from hf_specdec import DCOCODrafter
     from hf_specdec.training.config import CorrectorTrainingConfig
-    from hf_specdec.training.corrector import CorrectorTrainer
+    from hf_specdec.training.dcoco import CorrectorTrainer
 
     _, target, base, seqs = tiny_setup(tmp_path)
     pattern = torch.tensor([5, 9, 17, 33, 65, 129, 200, 11])  # a fixed cycle: each token determines the next
@@ -286,7 +286,7 @@ def test_corrector_training_learns_transitions_with_a_frozen_backbone(tmp_path):
 def test_joint_corrector_training_also_moves_the_backbone(tmp_path):
     from hf_specdec import DCOCODrafter
     from hf_specdec.training.config import CorrectorTrainingConfig
-    from hf_specdec.training.corrector import CorrectorTrainer
+    from hf_specdec.training.dcoco import CorrectorTrainer
 
     _, target, base, seqs = tiny_setup(tmp_path)
     config = CorrectorTrainingConfig(
@@ -311,7 +311,7 @@ def test_joint_corrector_training_also_moves_the_backbone(tmp_path):
 def test_mixture_head_training_raises_expected_acceptance(tmp_path):
     from hf_specdec import DBLASTDrafter
     from hf_specdec.training.config import MixtureTrainingConfig
-    from hf_specdec.training.mixture import MixtureTrainer, cache_target_probs
+    from hf_specdec.training.dblast import MixtureTrainer, cache_target_probs
 
     _, target, base, seqs = tiny_setup(tmp_path)
     config = MixtureTrainingConfig(
@@ -346,8 +346,8 @@ def test_head_training_pipelines_save_loadable_drafters_and_logs(tmp_path):
     """run_corrector_training / run_mixture_training end to end on a saved tiny target and drafter."""
     from hf_specdec import DBLASTDrafter, DCOCODrafter, load_drafter
     from hf_specdec.training.config import CorrectorTrainingConfig, MixtureTrainingConfig
-    from hf_specdec.training.corrector import run_corrector_training
-    from hf_specdec.training.mixture import run_mixture_training
+    from hf_specdec.training.dblast import run_mixture_training
+    from hf_specdec.training.dcoco import run_corrector_training
 
     saved_run_inputs(tmp_path)
     common = dict(

@@ -9,7 +9,7 @@ import torch
 from conftest import tiny_target
 from transformers import DynamicCache
 
-from hf_specdec.drafting.prompt_lookup import prompt_lookup_candidates
+from hf_specdec.verification.prompt_lookup import prompt_lookup_candidates
 from hf_specdec.verification.tree import DraftTree, best_first_tree, tree_attention_mask, tree_position_ids
 
 

@@ -28,13 +28,13 @@ import torch
 from transformers import GenerationConfig, LogitsProcessorList, PreTrainedModel, StoppingCriteriaList
 from transformers.cache_utils import DynamicCache
 
-from ..drafting.prompt_lookup import prompt_lookup_candidates
-from ..drafting.target_features import tapped_features
-from ..sampling.processed import probabilities, process_rows, row_processors
+from ..models.registry import generator_class_for
+from ..models.settings import DecodingSettings
+from ..models.target_features import tapped_features
 from ..verification.acceptance import greedy_walk, speculative_walk
+from ..verification.processed import probabilities, process_rows, row_processors
+from ..verification.prompt_lookup import prompt_lookup_candidates
 from ..verification.tree import DraftTree, mask_for_attention, tree_attention_mask
-from .registry import generator_class_for
-from .settings import DecodingSettings
 from .speculative_loop import path_context, truncate_new
 
 

@@ -25,13 +25,13 @@ import torch
 from transformers import GenerationConfig, LogitsProcessorList, PreTrainedModel, StoppingCriteriaList
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
-from ..drafting.prompt_lookup import prompt_lookup_candidates
-from ..drafting.target_features import tapped_features
-from ..sampling.processed import probabilities, process_rows
+from ..models.registry import generator_class_for
+from ..models.settings import DecodingSettings
+from ..models.target_features import tapped_features
 from ..verification.acceptance import greedy_walk, speculative_walk
+from ..verification.processed import probabilities, process_rows
+from ..verification.prompt_lookup import prompt_lookup_candidates
 from ..verification.tree import DraftTree, mask_for_attention, tree_attention_mask, tree_position_ids
-from .registry import generator_class_for
-from .settings import DecodingSettings
 
 
 @torch.no_grad()

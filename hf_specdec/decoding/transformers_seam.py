@@ -24,8 +24,8 @@ import inspect
 
 from transformers.generation.utils import GenerationMixin
 
+from ..models.registry import generator_class_for
 from .batched_loop import batched_generate
-from .registry import generator_class_for
 from .speculative_loop import speculative_generate
 from .validation import validate_generation_settings, validate_inputs
 

@@ -11,7 +11,7 @@ import logging
 from transformers import GenerationConfig, PreTrainedModel, StaticCache
 from transformers.generation.configuration_utils import GenerationMode
 
-from ..drafting.target_features import check_drafter_matches_target
+from ..models.target_features import check_drafter_matches_target
 
 logger = logging.getLogger(__name__)
 _STATIC_CACHES = ("static", "offloaded_static", "hybrid", "sliding_window", "hybrid_chunked", "offloaded_hybrid")

@@ -18,28 +18,18 @@ from pathlib import Path
 
 from huggingface_hub import ModelCard, ModelCardData
 
+from ..models.registry import KindCard, kind_for_model_type
+
 TEMPLATE = "drafter.md.j2"
 HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
 
-# model_type -> (class, extra tags, what it is, how it differs). Every kind loads with `hf_specdec.load_drafter`.
-KINDS = {
-    "hf_specdec_block_drafter": ("BlockDrafter", [], "A parallel block drafter (DFlash architecture)", ""),
-    "hf_specdec_dcoco": (
-        "DCOCODrafter",
-        ["dcoco"],
-        "A DCOCO drafter (a DFlash-style block drafter with a contextual corrector)",
-        "Its corrector re-ranks the top candidates of each drafted slot by how well they fit the neighbouring slots.",
-    ),
-    "hf_specdec_dblast": (
-        "DBLASTDrafter",
-        ["dblast"],
-        "A DBLAST drafter (a DFlash-style block drafter with a latent mixture head)",
-        "Its mixture head ties a drafted block's positions together, so a block sampled at temperature follows one "
-        "mode instead of mixing modes position by position; greedy decoding drafts the most likely component's "
-        "block.",
-    ),
-}
-UNKNOWN_KIND = ("BlockDrafter", [], "A parallel block drafter", "")
+
+def kind_card(model_type: str) -> tuple[str, KindCard]:
+    """(class name, card text) of the registered kind saving this `model_type`; a generic text for others."""
+    kind = kind_for_model_type(model_type)
+    if kind is None:
+        return "BlockDrafter", KindCard("A parallel block drafter")
+    return kind.model_class.__name__, kind.card
 
 
 def is_hub_id(name: str | None) -> bool:
@@ -136,7 +126,7 @@ def training_summary(log: dict) -> dict:
 def card_metadata(config: dict, target_id: str, target_revision: str | None, license: str) -> ModelCardData:
     """The YAML block: base model, library, tags and license (what the Hub indexes and filters on)."""
     model_type = config.get("model_type", "hf_specdec_block_drafter")
-    extra_tags = KINDS.get(model_type, UNKNOWN_KIND)[1]
+    extra_tags = list(kind_card(model_type)[1].tags)
     revision = {"base_model_revision": target_revision} if target_revision else {}
     return ModelCardData(
         base_model=target_id,
@@ -181,7 +171,7 @@ def render_card(
     folder = Path(folder)
     config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     model_type = config.get("model_type", "hf_specdec_block_drafter")
-    class_name, _, summary, detail = KINDS.get(model_type, UNKNOWN_KIND)
+    class_name, card = kind_card(model_type)
     benchmark, log = read_json(benchmark_json), read_json(training_log)
     return ModelCard.from_template(
         card_metadata(config, target_id, target_revision, license),
@@ -192,8 +182,8 @@ def render_card(
         target_revision=target_revision,
         model_type=model_type,
         class_name=class_name,
-        kind_summary=summary,
-        kind_detail=detail,
+        kind_summary=card.summary,
+        kind_detail=card.detail,
         config=config,
         block_size=config.get("block_size", 0),
         target_layer_ids=config.get("target_layer_ids") or [],

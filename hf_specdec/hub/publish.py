@@ -18,8 +18,10 @@ from pathlib import Path
 
 from huggingface_hub import CommitOperationAdd, HfApi, get_token
 from huggingface_hub.errors import HfHubHTTPError
+from safetensors import safe_open
 
-from .card import KINDS, UNKNOWN_KIND, is_hub_id, read_json, render_card
+from ..models.loading import load_drafter
+from .card import is_hub_id, kind_card, read_json, render_card
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 
@@ -47,10 +49,6 @@ def check_drafter_folder(folder: Path) -> dict:
 
 def _check_loads(folder: Path) -> None:
     """Load the drafter and refuse it if any parameter would come from initialisation instead of the file."""
-    from safetensors import safe_open
-
-    from ..drafting.loading import load_drafter
-
     try:
         drafter = load_drafter(folder)
     except (OSError, ValueError, KeyError, RuntimeError) as err:
@@ -146,7 +144,7 @@ def publish_drafter(
     files = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith(".") and p.name != "README.md")
     operations = [CommitOperationAdd(path_in_repo=p.name, path_or_fileobj=str(p)) for p in files]
     operations.append(CommitOperationAdd("README.md", _scrub(str(card), secrets).encode("utf-8")))
-    kind = KINDS.get(config.get("model_type"), UNKNOWN_KIND)[0]
+    kind = kind_card(config.get("model_type"))[0]
     api = HfApi(token=token)
     try:
         api.create_repo(repo_id, private=private, exist_ok=True)

@@ -16,7 +16,7 @@ from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
-from ..drafting.target_features import hidden_state_indices
+from ..models.target_features import hidden_state_indices
 
 
 @dataclass

@@ -6,17 +6,15 @@ a DCOCO corrector or DBLAST mixture head (small, new) is trained whole (`modules
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
 
-from ..drafting.modeling_block_drafter import BlockDrafter
+from ..models.block_drafter.modeling_block_drafter import BlockDrafter
 from .config import DrafterTrainingConfig
 
-ADAPTER_CONFIG = "adapter_config.json"
 HEADS = ("corrector", "mixture_head")
 
 
@@ -54,25 +52,4 @@ def merge_lora(model: PeftModel) -> BlockDrafter:
     return model.merge_and_unload()
 
 
-def is_adapter(folder: str | os.PathLike) -> bool:
-    return (Path(folder) / ADAPTER_CONFIG).is_file()
-
-
-def load_adapter(folder: str | os.PathLike, base: BlockDrafter | None = None, **kwargs) -> BlockDrafter:
-    """Load `base` (default: the drafter the adapter config names) with the adapter in `folder`, merged."""
-    from ..drafting.loading import load_drafter
-
-    if not (Path(folder) / "adapter_model.safetensors").is_file():
-        raise ValueError(
-            f"{folder} has no adapter_model.safetensors; only safetensors adapters are loaded (a pickled "
-            "adapter_model.bin runs code when loaded). Re-save it with save_pretrained(safe_serialization=True)."
-        )
-    if base is None:
-        name = json.loads((Path(folder) / ADAPTER_CONFIG).read_text()).get("base_model_name_or_path")
-        if not name:
-            raise ValueError(f"{folder} is a LoRA adapter without base_model_name_or_path; pass the base drafter")
-        base = load_drafter(name, **kwargs)
-    return PeftModel.from_pretrained(base, str(folder)).merge_and_unload()
-
-
-__all__ = ["add_lora", "is_adapter", "load_adapter", "merge_lora", "save_adapter"]
+__all__ = ["add_lora", "merge_lora", "save_adapter"]

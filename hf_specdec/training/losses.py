@@ -34,7 +34,7 @@ def dflash_decayed_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, gam
 
 
 def dcoco_selection_loss(scores: torch.Tensor, target_index: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """Teacher-forced candidate selection loss of the DCOCO corrector (methods.md section 3.3).
+    """Teacher-forced candidate selection loss of the DCOCO corrector (docs/dcoco.md section 5).
 
     Args:
         scores: (N, K) walk scores of a slot's K candidates given the true predecessor (unary + transition).
@@ -54,7 +54,7 @@ def dcoco_selection_loss(scores: torch.Tensor, target_index: torch.Tensor, weigh
 
 def expected_verified_length_loss(p: torch.Tensor, q: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
     """1 - E[accepted drafts] / k of chain speculative sampling along teacher prefixes (DBLAST objective; the
-    E2E-TV form of methods.md sections 4.3 and 5.2).
+    E2E-TV form of docs/specopd.md section 3 and docs/dblast.md section 5).
 
     Args:
         p: (n, k, V) target probabilities at each drafted slot given the teacher prefix.
@@ -85,7 +85,7 @@ def mixture_nll(log_pi: torch.Tensor, logq: torch.Tensor, tokens: torch.Tensor, 
 
 
 def default_gamma(block_size: int) -> float:
-    """DFlash's suggested decay: about half the block (7 for 16, 5 for 10, 4 for 8)."""
+    """About half the block, ceil((K - 1) / 2): 8 for 16 (DFlash sets 7 there), 5 for 10, 4 for 8."""
     return float(max(1, math.ceil((block_size - 1) / 2)))
 
 

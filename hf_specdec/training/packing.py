@@ -1,4 +1,4 @@
-"""Multi-anchor packing of training blocks (DFlash training recipe, methods.md section 1.4).
+"""Multi-anchor packing of training blocks (DFlash training recipe, docs/block_drafter.md section 3).
 
 For one sequence of T tokens with target features for every row, n anchors a_1..a_n each form a block
 `[x_a, MASK x (K-1)]` at positions a..a+K-1 whose slot k is labelled x_{a+k}. All blocks go through the drafter in

@@ -10,8 +10,8 @@ import torch
 from accelerate import PartialState
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from ..drafting.loading import load_drafter
-from ..drafting.modeling_block_drafter import BlockDrafter
+from ..models.block_drafter.modeling_block_drafter import BlockDrafter
+from ..models.loading import load_drafter
 from .config import DistillationConfig, DrafterTrainingConfig
 from .corpora import corpus_prompts
 from .data import (

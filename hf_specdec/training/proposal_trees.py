@@ -1,4 +1,4 @@
-"""Proposal trees for tree-packed on-policy distillation (SpecOPD, methods.md section 5.4), as pure tensor functions.
+"""Proposal trees for tree-packed on-policy distillation (SpecOPD, docs/specopd.md section 2), as pure tensor functions.
 
 At n anchors of a trunk (a target-written sequence), the drafter proposes M branches of k tokens each. Branches
 of one anchor that share a prefix share its nodes (a trie), so the target scores every distinct proposal state

@@ -1,4 +1,4 @@
-"""Sequential on-policy distillation, the baseline SpecOPD is measured against (methods.md section 5.4).
+"""Sequential on-policy distillation, the baseline SpecOPD is measured against (docs/specopd.md section 5).
 
 Real speculative decoding with the current drafter, supervised as it goes: from a point of the trunk, each round
   1. drafts a block (the drafter's greedy path, as greedy decoding would),
@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from transformers.cache_utils import DynamicCache
 
-from ..drafting.target_features import tapped_features
+from ..models.target_features import tapped_features
 from .data import TrainingSequence
 from .losses import expected_verified_length_loss
 from .proposal_trees import alive_after_eos

@@ -1,6 +1,6 @@
 """SpecOPD: on-policy distillation of a drafter with proposal trees scored by one tree-masked target pass.
 
-Per training sequence (methods.md section 5.4):
+Per training sequence (docs/specopd.md section 2):
   1. the drafter runs over the trunk's packed anchor blocks (DFlash multi-anchor pass, with gradients);
   2. at `tree_anchors` of those anchors it draws M branches from its current policy (no gradients);
   3. branches are merged into tries and packed with the trunk (`pack_proposal_trees`); ONE cache-less target
@@ -19,11 +19,11 @@ import torch
 import torch.nn.functional as F
 from transformers import PreTrainedModel
 
-from ..decoding.lm_head_strides import fix_lm_head_strides
+from ..models.lm_head_strides import fix_lm_head_strides
+from ..models.registry import kind_of
 from ..verification.tree import mask_for_attention
 from .data import TrainingSequence
 from .losses import dflash_decayed_cross_entropy, expected_verified_length_loss
-from .policies import policy_for
 from .proposal_trees import alive_after_eos, pack_proposal_trees
 from .trainer import DrafterTrainer
 
@@ -133,4 +133,15 @@ class SpecOPDTrainer(DrafterTrainer):
         return probs.to(self.device)[where.to(self.device)]
 
 
-__all__ = ["SpecOPDTrainer", "eos_ids", "teacher_probs"]
+def policy_for(drafter, embed: torch.nn.Module, temperature: float, to_draft: torch.Tensor):
+    """The on-policy strategy of `drafter`'s kind (the registry's `policy_class`)."""
+    kind = kind_of(drafter)
+    if kind is None or kind.policy_class is None:
+        raise TypeError(
+            f"{type(drafter).__name__} is not a registered drafter kind with a policy; register it with "
+            "hf_specdec.register_drafter_kind(..., policy_class=...)"
+        )
+    return kind.policy_class(drafter, embed, temperature, to_draft)
+
+
+__all__ = ["SpecOPDTrainer", "eos_ids", "policy_for", "teacher_probs"]

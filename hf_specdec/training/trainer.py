@@ -15,7 +15,7 @@ from torch import nn
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
-from ..drafting.modeling_block_drafter import BlockDrafter
+from ..models.block_drafter.modeling_block_drafter import BlockDrafter
 from .checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
 from .config import DrafterTrainingConfig
 from .data import TrainingSequence

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from huggingface_hub.dataclasses import strict
 
-from .configuration_block_drafter import BlockDrafterConfig
+from ..block_drafter.configuration_block_drafter import BlockDrafterConfig
 
 
 @strict

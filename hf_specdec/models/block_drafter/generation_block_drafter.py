@@ -20,12 +20,12 @@ from transformers import GenerationConfig, LogitsProcessorList, PreTrainedModel,
 from transformers.generation.candidate_generator import CandidateGenerator
 from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria
 
-from ..drafting.modeling_block_drafter import BlockDrafter, DraftContextCache
-from ..drafting.target_features import hidden_state_indices, tapped_features
-from ..sampling.processed import history_free, probabilities, process_rows
-from ..verification.tree import DraftTree, best_first_tree
-from .lm_head_strides import fix_lm_head_strides
-from .stats import AcceptanceStats
+from ...verification.processed import history_free, probabilities, process_rows
+from ...verification.stats import AcceptanceStats
+from ...verification.tree import DraftTree, best_first_tree
+from ..lm_head_strides import fix_lm_head_strides
+from ..target_features import hidden_state_indices, tapped_features
+from .modeling_block_drafter import BlockDrafter, DraftContextCache
 
 
 class BlockDraftCandidateGenerator(CandidateGenerator):

@@ -2,7 +2,7 @@
 
 Greedy: the most likely component's argmax block (a chain), or a best-first tree over that component's per-slot
 top-k. Sampling: z ~ pi and the whole block from q(. | z) in parallel; acceptance gets each token's exact
-conditional q(x_s | x_<s) under the mixture (`hf_specdec.sampling.mixture`), scattered over the full vocabulary.
+conditional q(x_s | x_<s) under the mixture (`mixture.py` in this folder), scattered over the full vocabulary.
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from __future__ import annotations
 import torch
 from transformers import LogitsProcessorList
 
-from ..sampling.mixture import greedy_component, sample_block
-from ..sampling.processed import call_temperature
-from ..verification.tree import DraftTree, best_first_tree
-from .candidate_generator import BlockDraftCandidateGenerator
+from ...verification.processed import call_temperature
+from ...verification.tree import DraftTree, best_first_tree
+from ..block_drafter.generation_block_drafter import BlockDraftCandidateGenerator
+from .mixture import greedy_component, sample_block
 
 
 class DBLASTCandidateGenerator(BlockDraftCandidateGenerator):

@@ -2,7 +2,7 @@
 
 DBLAST ("Dependent Block Drafting for Stochastic Speculative Decoding", Karimi, Gao, Hassanpour) ties the
 positions of a drafted block together through a latent component, so a block sampled at temperature follows one
-mode instead of mixing modes position by position. The design (methods.md section 4.2) is a rank-R mixture of
+mode instead of mixing modes position by position. The design (docs/dblast.md section 2) is a rank-R mixture of
 product distributions with low-rank per-component offsets to the drafter's logits.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from huggingface_hub.dataclasses import strict
 
-from .configuration_block_drafter import BlockDrafterConfig
+from ..block_drafter.configuration_block_drafter import BlockDrafterConfig
 
 
 @strict

@@ -31,8 +31,9 @@ from transformers.models.qwen3.modeling_qwen3 import (
     rotate_half,
 )
 
-from ..decoding.settings import DecodingSettings
+from ..settings import DecodingSettings
 from .configuration_block_drafter import BlockDrafterConfig
+from .dflash_format import config_from_dflash_checkpoint, load_checked
 
 
 class DraftContextCache:
@@ -247,8 +248,6 @@ class BlockDrafter(BlockDrafterPreTrainedModel):
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
         """Load our format or the published DFlash layout (config with `dflash_config`), without remote code."""
-        from .dflash_format import config_from_dflash_checkpoint, load_checked
-
         if kwargs.get("config") is None:
             dflash_config = config_from_dflash_checkpoint(pretrained_model_name_or_path, **_hub_kwargs(kwargs))
             if dflash_config is not None:

@@ -19,9 +19,9 @@ from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 from transformers import AutoConfig, PreTrainedModel
 
-from ..drafting.configuration_dblast import DBLASTConfig
-from ..drafting.modeling_block_drafter import BlockDrafter
-from ..drafting.modeling_dblast import DBLASTDrafter
+from ..models.block_drafter.modeling_block_drafter import BlockDrafter
+from ..models.dblast.configuration_dblast import DBLASTConfig
+from ..models.dblast.modeling_dblast import DBLASTDrafter
 from .config import MixtureTrainingConfig
 from .data import TrainingSequence
 from .losses import expected_verified_length_loss, mixture_nll

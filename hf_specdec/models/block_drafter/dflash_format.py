@@ -42,6 +42,7 @@ from safetensors.torch import save_file
 from transformers import PreTrainedModel
 from transformers.utils import cached_file
 
+from ..target_features import check_drafter_matches_target
 from .configuration_block_drafter import BlockDrafterConfig
 
 logger = logging.getLogger(__name__)
@@ -223,9 +224,7 @@ def draft_vocab_tensors(draft_vocab: torch.Tensor, vocab_size: int, lm_head_weig
 
 
 def _check_block_drafter(drafter) -> None:
-    from .modeling_block_drafter import BlockDrafter
-
-    if not isinstance(drafter, BlockDrafter):
+    if not isinstance(getattr(drafter, "config", None), BlockDrafterConfig):
         raise TypeError(
             f"only block drafters export to the DFlash layout, got {type(drafter).__name__}. "
             "Load one with `hf_specdec.load_drafter(path)`."
@@ -252,8 +251,6 @@ def dflash_state_dict(drafter, target: PreTrainedModel | None = None) -> dict[st
                 "this drafter scores a reduced draft vocabulary; the DFlash layout ships those rows of the target's "
                 "LM head (`lm_head.weight`), so pass the target: export_dflash(drafter, out_dir, target=target)."
             )
-        from .target_features import check_drafter_matches_target
-
         check_drafter_matches_target(drafter.config, target)
         maps = draft_vocab_tensors(
             drafter.draft_vocab, drafter.config.vocab_size, target.get_output_embeddings().weight

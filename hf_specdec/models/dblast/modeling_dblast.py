@@ -1,4 +1,4 @@
-"""DBLAST drafter: a block drafter whose block distribution is a low-rank latent mixture (methods.md 4.2).
+"""DBLAST drafter: a block drafter whose block distribution is a low-rank latent mixture (docs/dblast.md section 2).
 
     pi = softmax(W_pi h_0)                                   R components, from the anchor slot's hidden state
     q_s(. | z) = softmax(U_s + Delta[s, z])                  U_s: the drafter's own logits at slot s
@@ -13,8 +13,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..block_drafter.modeling_block_drafter import BlockDrafter
 from .configuration_dblast import DBLASTConfig
-from .modeling_block_drafter import BlockDrafter
 
 
 class LatentMixtureHead(nn.Module):

@@ -5,9 +5,7 @@ from __future__ import annotations
 import logging
 
 import torch
-from transformers import PreTrainedModel
-
-from .configuration_block_drafter import BlockDrafterConfig
+from transformers import PretrainedConfig, PreTrainedModel
 
 logger = logging.getLogger(__name__)
 
@@ -22,7 +20,7 @@ def tapped_features(hidden_states: tuple, layer_ids: list[int], rows: int) -> to
     return torch.cat([hidden_states[i][:, :rows] for i in hidden_state_indices(layer_ids)], dim=-1)
 
 
-def check_drafter_matches_target(config: BlockDrafterConfig, target: PreTrainedModel) -> None:
+def check_drafter_matches_target(config: PretrainedConfig, target: PreTrainedModel) -> None:
     """Raise a clear error when a drafter was built for a different target than `target`."""
     text = target.config.get_text_config()
     vocab_rows = target.get_input_embeddings().weight.shape[0]

@@ -5,7 +5,7 @@
 Sampling draws z ~ pi, then every position in parallel from q_s(. | z). Speculative sampling needs the
 conditional of each drafted token given the ones before it, which is the posterior-weighted mixture
     q(x_s | x_<s) = sum_z w_s(z) q_s(x_s | z),   w_1 = pi,   w_{s+1}(z) proportional to w_s(z) q_s(x_s | z)
-(methods.md section 4.2). Verifying with these exact conditionals is lossless; so would be q_s(. | z) of the
+(docs/dblast.md section 3). Verifying with these exact conditionals is lossless; so would be q_s(. | z) of the
 sampled z, but the marginal accepts more (Jensen on the concave min(p, .)).
 
 Shapes: k positions, R components, V vocabulary (the drafter's, possibly reduced).

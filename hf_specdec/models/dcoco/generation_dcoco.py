@@ -10,10 +10,10 @@ from __future__ import annotations
 import torch
 from transformers import LogitsProcessorList
 
-from ..decoding.candidate_generator import BlockDraftCandidateGenerator
-from ..drafting.modeling_dcoco import CorrectionScores
-from ..sampling.processed import call_temperature
-from ..verification.tree import DraftTree, conditional_best_first_tree
+from ...verification.processed import call_temperature
+from ...verification.tree import DraftTree, conditional_best_first_tree
+from ..block_drafter.generation_block_drafter import BlockDraftCandidateGenerator
+from .modeling_dcoco import CorrectionScores
 from .walk import conditional_log_probs, prefix_first_walk, sampled_walk
 
 

@@ -2,9 +2,9 @@
 
 The backbone (`BlockDrafter`) drafts every slot in one pass, each without seeing the tokens chosen for the
 other slots. The corrector keeps the top-K candidates per slot and scores every transition between candidates
-of adjacent slots in one batched pass; a prefix-first walk (`hf_specdec.correction.walk`) then picks the draft.
+of adjacent slots in one batched pass; a prefix-first walk (`walk.py` in this folder) then picks the draft.
 
-Corrector (the published shape, 512 * d + 132,353 parameters; the design follows methods.md section 3.3):
+Corrector (the published shape, 512 * d + 132,353 parameters; the design follows docs/dcoco.md section 2):
     candidate  c[s, j] = LayerNorm(P_tok(E[C_sj]) + P_hid(h_s))            width r = 128
     pair state g[s]    = P_L(h_s) + P_R(h_{s+1})                           width 128
     transition T[s,i,j] = MLP([c[s,i]; c[s+1,j]; g[s]; c[s,i] * c[s+1,j]])  512 -> 256 -> 1
@@ -22,8 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..block_drafter.modeling_block_drafter import BlockDrafter
 from .configuration_dcoco import DCOCOConfig
-from .modeling_block_drafter import BlockDrafter
 
 
 @dataclass

@@ -15,9 +15,9 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoConfig, PreTrainedModel
 
-from ..drafting.configuration_dcoco import DCOCOConfig
-from ..drafting.modeling_block_drafter import BlockDrafter
-from ..drafting.modeling_dcoco import DCOCODrafter
+from ..models.block_drafter.modeling_block_drafter import BlockDrafter
+from ..models.dcoco.configuration_dcoco import DCOCOConfig
+from ..models.dcoco.modeling_dcoco import DCOCODrafter
 from .config import CorrectorTrainingConfig
 from .data import TrainingSequence
 from .losses import dcoco_selection_loss, position_weights

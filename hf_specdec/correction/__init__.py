@@ -1,1 +1,0 @@
-"""DCOCO correction: the prefix-first walk over candidate transitions, and its drafting generator."""

@@ -1,1 +1,0 @@
-"""Drafter architectures (config/modeling pairs) and what they read from the target."""

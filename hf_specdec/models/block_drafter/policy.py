@@ -1,0 +1,49 @@
+"""The block drafter's policy, as on-policy distillation needs it: draw branches, and give q along a branch.
+
+q_s is prefix-independent (the block is drafted in one pass): branch 0 is the argmax path, the others are i.i.d.
+samples of the per-slot q (docs/specopd.md section 4). Every q is returned dense over the drafter's vocabulary Vd,
+at the training temperature, with gradients; tokens are draft-vocabulary indices. The DCOCO and DBLAST policies
+subclass this one and override `scores`, `draw` and `path_q`.
+Letters: n anchors, M branches, k drafted tokens, Vd draft vocabulary.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from .modeling_block_drafter import BlockDrafter
+
+
+def sample_rows(probs: torch.Tensor, draws: int, rng: torch.Generator | None) -> torch.LongTensor:
+    """(rows, draws) i.i.d. indices from each row of (rows, V) probabilities."""
+    return torch.multinomial(probs.float(), draws, replacement=True, generator=rng)
+
+
+class BlockPolicy:
+    """q_s = softmax(U_s / T), the same for every branch."""
+
+    def __init__(
+        self, drafter: BlockDrafter, embed: nn.Module, temperature: float, to_draft: torch.Tensor | None = None
+    ) -> None:
+        self.drafter, self.embed, self.temperature = drafter, embed, temperature
+        self.to_draft = to_draft  # (V,) full id -> draft-vocabulary index
+
+    def scores(self, hidden: torch.Tensor, logits: torch.Tensor, anchor_ids: torch.LongTensor) -> torch.Tensor:
+        """(n, k, Vd) log q_s from (n, K, H) block hidden states and (n, K, Vd) logits (anchor slot first)."""
+        return torch.log_softmax(logits[:, 1:].float() / self.temperature, dim=-1)
+
+    @torch.no_grad()
+    def draw(self, scores: torch.Tensor, branches: int, rng: torch.Generator | None) -> torch.LongTensor:
+        n, k, V = scores.shape
+        greedy = scores.argmax(dim=-1)[:, None]  # (n, 1, k)
+        if branches == 1:
+            return greedy
+        samples = sample_rows(scores.exp().reshape(n * k, V), branches - 1, rng)  # (n*k, M-1)
+        return torch.cat([greedy, samples.view(n, k, -1).transpose(1, 2)], dim=1)  # (n, M, k)
+
+    def path_q(self, scores: torch.Tensor, tokens: torch.LongTensor) -> torch.Tensor:
+        return scores.exp()[:, None].expand(-1, tokens.shape[1], -1, -1)  # (n, M, k, Vd)
+
+
+__all__ = ["BlockPolicy", "sample_rows"]

@@ -1,1 +1,0 @@
-"""Sampling helpers: logits processed as plain sampling does, and DBLAST's dependent block sampler."""
