@@ -12,10 +12,10 @@ import torch
 from bounds import assert_distribution, distribution_excess
 
 from hf_specdec.verification.acceptance import (
-    greedy_walk,
+    greedy_acceptance,
     one_hot_residual,
     residual_distribution,
-    speculative_walk,
+    speculative_sampling,
 )
 from hf_specdec.verification.tree import DraftTree
 
@@ -44,15 +44,15 @@ def test_residual_zero_mass_guard_returns_p_not_nan():
     assert bf16.dtype == torch.float32 and torch.isfinite(bf16).all()
 
 
-def test_greedy_walk_follows_the_argmax():
+def test_greedy_acceptance_follows_the_argmax():
     tree = DraftTree()
     a = tree.add(4, -1)
     tree.add(2, -1)
     tree.add(5, a)
-    assert greedy_walk(tree, [4, 0, 1, 3]) == ([0], 0)  # root argmax 4 -> node 0; its argmax 0 has no child
-    assert greedy_walk(tree, [2, 0, 3, 3]) == ([1], 3)
-    assert greedy_walk(tree, [4, 5, 1, 3]) == ([0, 2], 3)
-    assert greedy_walk(tree, [1, 5, 1, 3]) == ([], 1)
+    assert greedy_acceptance(tree, [4, 0, 1, 3]) == ([0], 0)  # root argmax 4 -> node 0; its argmax 0 has no child
+    assert greedy_acceptance(tree, [2, 0, 3, 3]) == ([1], 3)
+    assert greedy_acceptance(tree, [4, 5, 1, 3]) == ([0, 2], 3)
+    assert greedy_acceptance(tree, [1, 5, 1, 3]) == ([], 1)
 
 
 def _tree(kind, g):
@@ -85,8 +85,8 @@ def _first_tokens(walk, kind, seed):
 
 
 @pytest.mark.parametrize("kind", ["chain", "siblings", "siblings+lookup", "deterministic"])
-def test_speculative_walk_emits_exactly_p(kind):
-    first, second = _first_tokens(speculative_walk, kind, seed=len(kind))
+def test_speculative_sampling_emits_exactly_p(kind):
+    first, second = _first_tokens(speculative_sampling, kind, seed=len(kind))
     assert_distribution(first, P_ROOT)
     assert_distribution(second, P_CHILD)  # after descending into node 0, the next token is p at node 0
 

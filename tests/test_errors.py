@@ -125,11 +125,15 @@ def test_own_loop_refuses_batches_and_unsupported_attention(setup, do_sample):
     target, drafter, prompt = setup
     drafter.decoding = DecodingSettings(tree_budget=6)
     target.config._attn_implementation = "flash_attention_2"  # takes no custom mask; refused before any forward
-    from hf_specdec.decoding.speculative_loop import _tree_inputs
+    from hf_specdec.decoding.batch import Row, SpeculativeBatch
+    from hf_specdec.decoding.step import verification_inputs
     from hf_specdec.verification.tree import DraftTree
 
     tree = DraftTree()
     tree.add(5, -1)
     tree.add(6, -1)
+    batch = SpeculativeBatch(target, drafter, target.generation_config)
+    batch.rows = [Row(prompt, prompt.shape[1], None, 100)]
+    batch.valid = torch.ones(1, prompt.shape[1] - 1, dtype=torch.bool)
     with pytest.raises(ValueError, match="attn_implementation='sdpa'"):
-        _tree_inputs(target, tree, 3, prompt.device)
+        verification_inputs(batch, [tree])

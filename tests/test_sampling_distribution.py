@@ -20,7 +20,7 @@ from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogit
 
 import hf_specdec
 from hf_specdec import BlockDraftCandidateGenerator, BlockDrafter, DBLASTDrafter, DCOCODrafter, DecodingSettings
-from hf_specdec.decoding import speculative_loop
+from hf_specdec.decoding import step
 
 V = 8
 DRAWS = 1000
@@ -86,7 +86,7 @@ def run_case(name, drafter_cls=BlockDrafter):
         torch.nn.init.normal_(drafter.mixture_head.up.weight, std=2.0)  # components that differ
     drafter.decoding = settings
     trees = []
-    walk = speculative_loop.speculative_walk
+    walk = step.speculative_sampling
 
     def spy(tree, p_rows, generator=None):  # records what acceptance is handed, then runs the real rule
         trees.append(tree)
@@ -94,7 +94,7 @@ def run_case(name, drafter_cls=BlockDrafter):
 
     counts = torch.zeros(V, V)
     torch.manual_seed(0)
-    speculative_loop.speculative_walk = spy
+    step.speculative_sampling = spy
     try:
         for _ in range(DRAWS):
             out = target.generate(
@@ -110,7 +110,7 @@ def run_case(name, drafter_cls=BlockDrafter):
             a, b = out[0, PROMPT.shape[1] + 1 : PROMPT.shape[1] + 3].tolist()
             counts[a, b] += 1
     finally:
-        speculative_loop.speculative_walk = walk
+        step.speculative_sampling = walk
     return counts, exact_joint(target, temperature, top_k), trees
 
 

@@ -1,1 +1,3 @@
-"""Decoding: the generate() integration (transformers' loop and hf_specdec's own), settings, statistics."""
+"""Decoding: the one speculative step (`step.py`) over a batch of rows (`batch.py`), run by `generate()` (`loop.py`,
+behind the one private seam `transformers_seam.py`) and by the continuous-batching server (`server.py`);
+`validation.py` refuses what a drafted call cannot honour."""

@@ -25,7 +25,7 @@ from transformers import GenerationConfig, LogitsProcessorList, PreTrainedModel
 from transformers.generation.configuration_utils import GenerationMode
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
-from .batched_loop import Row, SpeculativeBatch
+from .batch import Row, SpeculativeBatch
 from .validation import validate_generation_settings
 
 

@@ -8,7 +8,7 @@ model:
 * `_validate_generation_mode`: when `assistant_model` is an hf_specdec drafter, refuse settings it cannot honour;
 * `_get_candidate_generator`: when `assistant_model` is an hf_specdec drafter, return its registered generator;
 * `_assisted_decoding`: when the drafter's `DecodingSettings` ask for a tree, prompt-lookup branches or
-  exact-q sampling, run hf_specdec's own loop (`speculative_loop.py`) instead; otherwise hand the generator the
+  exact-q sampling, run hf_specdec's own loop (`loop.py`) instead; otherwise hand the generator the
   call's stopping criteria (the stock loop truncates accepted tokens at EOS and max_length but not at other
   criteria, so the generator caps its drafts instead) and run the stock loop.
 
@@ -25,8 +25,7 @@ import inspect
 from transformers.generation.utils import GenerationMixin
 
 from ..models.registry import generator_class_for
-from .batched_loop import batched_generate
-from .speculative_loop import speculative_generate
+from .loop import batched_generate, speculative_generate
 from .validation import validate_generation_settings, validate_inputs
 
 _EXPECTED = {

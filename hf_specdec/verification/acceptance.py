@@ -38,7 +38,7 @@ def one_hot_residual(p: torch.Tensor, token: int) -> torch.Tensor:
     return residual_distribution(p, q)
 
 
-def greedy_walk(tree: DraftTree, target_argmax: list[int]) -> tuple[list[int], int]:
+def greedy_acceptance(tree: DraftTree, target_argmax: list[int]) -> tuple[list[int], int]:
     """Accepted nodes (root to leaf) and the bonus token, given the target's argmax at every row."""
     kids = tree.children()
     row, path = 0, []
@@ -51,7 +51,7 @@ def greedy_walk(tree: DraftTree, target_argmax: list[int]) -> tuple[list[int], i
         row = child + 1
 
 
-def speculative_walk(
+def speculative_sampling(
     tree: DraftTree, p_rows: torch.Tensor, generator: torch.Generator | None = None
 ) -> tuple[list[int], int]:
     """Multi-draft speculative sampling down the tree.
@@ -81,4 +81,4 @@ def speculative_walk(
         row = accepted + 1
 
 
-__all__ = ["greedy_walk", "one_hot_residual", "residual_distribution", "speculative_walk"]
+__all__ = ["greedy_acceptance", "one_hot_residual", "residual_distribution", "speculative_sampling"]

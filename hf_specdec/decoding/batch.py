@@ -1,0 +1,236 @@
+"""The rows that decode together: their tokens, drafters and the target's shared KV cache.
+
+Rows accept different numbers of drafts, so the cache is kept *left-padded and compact*: after each step every row
+keeps only its committed rows (prefix + accepted path) and the batch is re-aligned to the right, the empty slots on
+the left masked out (`valid`). Positions are per row (the row's own token count), exactly what plain batched
+`generate()` gives left-padded prompts, so greedy output matches it row for row. A batch of one row is a single
+sequence: its cache stays unpadded and is cut with a crop where it can be.
+
+Each row has its own candidate generator (its drafter kind's, with its own context cache); the drafter runs once
+per row and step (it is small), the target once per step for the whole batch (`step.py`). Rows may join (`add`,
+prefilled as a sub-batch and merged into the cache) and leave (`drop`) between steps: continuous batching.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+
+import torch
+from transformers import GenerationConfig, LogitsProcessorList, PreTrainedModel, StoppingCriteriaList
+from transformers.cache_utils import DynamicCache
+from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria
+
+from ..models.registry import generator_class_for
+from ..models.settings import DecodingSettings
+from ..models.target_features import tapped_features
+from ..verification.processed import probabilities, process_rows, row_processors
+from .step import speculative_step, truncate_new
+
+
+@dataclass
+class Row:
+    """One sequence of the batch."""
+
+    ids: torch.LongTensor  # (1, T) its tokens, unpadded: prompt + generated
+    prompt_len: int
+    generator: object  # the drafter kind's candidate generator (own context cache)
+    max_length: int  # like generation_config.max_length, for this row's unpadded tokens
+    padding: torch.LongTensor | None = None  # (1, P) left padding plain batched generate shows its processors
+    processors: LogitsProcessorList | None = None  # the call's processors as they apply to this row
+    done: bool = False
+    new_tokens: list[int] = field(default_factory=list)
+    scores: list[torch.Tensor] | None = None  # (1, V) processed rows of committed tokens, when asked for
+    logits: list[torch.Tensor] | None = None  # (1, V) raw rows of committed tokens, when asked for
+
+
+class SpeculativeBatch:
+    """Rows decoding together with one drafter and one target (see the module docstring)."""
+
+    def __init__(
+        self,
+        target: PreTrainedModel,
+        drafter: PreTrainedModel,
+        generation_config: GenerationConfig,
+        logits_processor: LogitsProcessorList | None = None,
+        stopping_criteria: StoppingCriteriaList | None = None,
+    ) -> None:
+        self.target, self.drafter, self.config = target, drafter, generation_config
+        self.logits_processor = logits_processor or LogitsProcessorList()
+        # max_length and EOS are applied per row by `commit`; other criteria are checked token by token there
+        extra = [c for c in stopping_criteria or () if not isinstance(c, (MaxLengthCriteria, EosTokenCriteria))]
+        self.stopping_criteria = StoppingCriteriaList(extra) if extra else None
+        self.settings: DecodingSettings = drafter.decoding
+        self.do_sample = bool(generation_config.do_sample)
+        self.exact_q = self.do_sample and self.settings.sampled_drafts == "exact"
+        self.generator_class = generator_class_for(drafter)
+        self.rows: list[Row] = []
+        self.cache = DynamicCache()
+        self.valid = torch.zeros(0, 0, dtype=torch.bool, device=target.device)  # (B, S)
+        self.taps: list[int] | None = None  # output_hidden_states indices the drafter reads
+        self.layer_ids: list[int] | None = None
+        params = inspect.signature(target.forward).parameters
+        self.cache_arg = "cache" if "cache" in params else "past_key_values"  # transformers renamed it
+        pad = generation_config.pad_token_id
+        self.pad_token_id = pad if pad is not None else 0
+        self.eos = getattr(generation_config, "_eos_token_tensor", None)
+        if self.eos is None and generation_config.eos_token_id is not None:
+            eos = generation_config.eos_token_id
+            self.eos = torch.tensor(eos if isinstance(eos, list) else [eos], device=target.device)
+
+    # -- joining and leaving -------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def add(
+        self,
+        prompts: list[torch.LongTensor],
+        max_lengths: list[int],
+        padding: list[int] | None = None,
+        cache: DynamicCache | None = None,
+    ) -> list[Row]:
+        """Prefill `prompts` ((T_i,) each) as a left-padded sub-batch, merge them in; returns their rows (each
+        already holds its first generated token, like plain generate's first step). A row ends at
+        `max_lengths[i]` tokens (prompt included), at EOS, or at a stopping criterion. `padding[i]` pad tokens are
+        put before the row's tokens where logits processors look (length- and history-dependent processors then
+        see what they see in a left-padded plain batch). `cache`: the (empty) cache to prefill into, for a first
+        sub-batch (generate() hands its own)."""
+        dev = self.target.device
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long, device=dev)  # (b, width)
+        valid = torch.zeros(len(prompts), width, dtype=torch.bool, device=dev)  # (b, width)
+        for i, p in enumerate(prompts):
+            ids[i, width - len(p) :] = p.to(dev)
+            valid[i, width - len(p) :] = True
+        positions = (valid.long().cumsum(-1) - 1).clamp_min(0)  # (b, width)
+        cache = cache if cache is not None and not self.rows else DynamicCache()
+        generators = [self._generator() for _ in prompts]
+        self.taps = generators[0].model_kwargs_overrides["output_hidden_states"]
+        self.layer_ids = generators[0].layer_ids
+        out = self.target(
+            ids,
+            attention_mask=valid.long(),
+            position_ids=positions,
+            **{self.cache_arg: cache},
+            use_cache=True,
+            output_hidden_states=self.taps,
+            logits_to_keep=1,
+        )
+        feats = tapped_features(out.hidden_states, self.layer_ids, width)  # (b, width, L*H)
+        raw = out.logits[:, -1].float()  # (b, V)
+        added = []
+        for i, (p, gen) in enumerate(zip(prompts, generators, strict=True)):
+            row_ids = p.to(dev)[None]
+            pads = padding[i] if padding else 0
+            pad_ids = torch.full((1, pads), self.pad_token_id, dtype=torch.long, device=dev) if pads else None
+            gen.queue_features(feats[i : i + 1, width - len(p) :])
+            gen.stats.prefill_forwards += 1
+            processors = row_processors(self.logits_processor, i, len(prompts))
+            seen = row_ids if pad_ids is None else torch.cat([pad_ids, row_ids], dim=-1)
+            processed = process_rows(processors, raw[i : i + 1], lambda r, x=seen: x)  # (1, V)
+            first = torch.multinomial(probabilities(processed), 1) if self.do_sample else processed.argmax(-1, True)
+            row = Row(row_ids, len(p), gen, max_lengths[i], pad_ids, processors)
+            if self.config.return_dict_in_generate:
+                row.scores = [processed] if self.config.output_scores else None
+                row.logits = [raw[i : i + 1]] if self.config.output_logits else None
+            self.commit(row, first)
+            added.append(row)
+        self._merge(cache, valid)
+        self.rows.extend(added)
+        return added
+
+    def drop(self, keep: list[int]) -> None:
+        """Keep only rows `keep` (indices into `self.rows`), in that order."""
+        index = torch.tensor(keep, dtype=torch.long, device=self.valid.device)
+        for layer in self.cache.layers:
+            layer.keys, layer.values = layer.keys.index_select(0, index), layer.values.index_select(0, index)
+        self.valid = self.valid.index_select(0, index)
+        self.rows = [self.rows[i] for i in keep]
+        if self.rows:
+            self._compact(self.valid)
+
+    def drop_finished(self) -> list[Row]:
+        finished = [r for r in self.rows if r.done]
+        if finished:
+            self.drop([i for i, r in enumerate(self.rows) if not r.done])
+        return finished
+
+    @property
+    def finished(self) -> bool:
+        return all(r.done for r in self.rows)
+
+    def step(self) -> None:
+        """One speculative step for every row (`step.speculative_step`)."""
+        speculative_step(self)
+
+    # -- what the step calls ---------------------------------------------------------------------------------------
+    def commit(self, row: Row, new: torch.LongTensor) -> int:
+        """Append `new` (1, n) to the row, cut where plain generate would stop (max_length, EOS, criteria); returns
+        how many tokens were kept."""
+        new, stopped = truncate_new(new, row.ids, row.max_length, self.eos, self.stopping_criteria)
+        row.ids = torch.cat([row.ids, new], dim=-1)
+        row.new_tokens.extend(new[0].tolist())
+        row.done = row.done or stopped or row.ids.shape[1] >= row.max_length
+        return new.shape[1]
+
+    def keep_fed(self, kept: list[list[int]], fed: int) -> None:
+        """After a step that fed `fed` slots per row: keep the cached prefix and, per row, the fed slots `kept[b]`."""
+        B, S = self.valid.shape
+        if B == 1:  # one unpadded row: a crop when the kept slots are a prefix (a chain), else one gather
+            rows = kept[0]
+            if rows == list(range(len(rows))):
+                if fed > len(rows):
+                    self.cache.crop(-(fed - len(rows)))
+            else:
+                index = torch.cat([torch.arange(S), S + torch.tensor(rows, dtype=torch.long)])  # (S + a,)
+                for layer in self.cache.layers:
+                    index = index.to(layer.keys.device)
+                    layer.keys = layer.keys.index_select(-2, index)
+                    layer.values = layer.values.index_select(-2, index)
+            self.valid = torch.ones(1, S + len(rows), dtype=torch.bool, device=self.valid.device)
+            return
+        keep = torch.zeros(B, S + fed, dtype=torch.bool)  # (B, S + fed), built on the host: rows are host lists
+        for b, rows in enumerate(kept):
+            keep[b, [S + r for r in rows]] = True
+        keep = keep.to(self.valid.device)
+        keep[:, :S] = self.valid
+        self._compact(keep)
+
+    # -- internals -------------------------------------------------------------------------------------------------
+    def _generator(self):
+        return self.generator_class(self.drafter, self.target, self.config, self.logits_processor or None, None)
+
+    def _merge(self, cache: DynamicCache, valid: torch.Tensor) -> None:
+        """Append a prefilled sub-batch's cache and slot mask, left-padding the shorter side."""
+        if not self.rows:
+            self.cache, self.valid = cache, valid
+            return
+        S = max(self.valid.shape[1], valid.shape[1])
+        for mine, theirs in zip(self.cache.layers, cache.layers, strict=True):
+            mine.keys = torch.cat([_left_pad(mine.keys, S), _left_pad(theirs.keys, S)], dim=0)
+            mine.values = torch.cat([_left_pad(mine.values, S), _left_pad(theirs.values, S)], dim=0)
+        self.valid = torch.cat([_left_pad_mask(self.valid, S), _left_pad_mask(valid, S)], dim=0)
+
+    def _compact(self, keep: torch.Tensor) -> None:
+        """Keep slots `keep` (B, S') of every row, right-aligned, the rest masked out on the left."""
+        count = keep.sum(dim=1)  # (B,)
+        width = int(count.max())
+        order = torch.sort((~keep).long(), dim=1, stable=True).indices[:, :width]  # kept slot indices first
+        shift = width - count  # (B,) empty slots on the left
+        col = torch.arange(width, device=keep.device)[None]
+        src = order.gather(1, (col - shift[:, None]).clamp_min(0))  # (B, width)
+        self.valid = col >= shift[:, None]
+        for layer in self.cache.layers:
+            index = src[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3])
+            layer.keys, layer.values = layer.keys.gather(2, index), layer.values.gather(2, index)
+
+
+def _left_pad(x: torch.Tensor, width: int) -> torch.Tensor:
+    missing = width - x.shape[2]
+    return x if missing == 0 else torch.cat([x.new_zeros(*x.shape[:2], missing, x.shape[3]), x], dim=2)
+
+
+def _left_pad_mask(valid: torch.Tensor, width: int) -> torch.Tensor:
+    missing = width - valid.shape[1]
+    return valid if missing == 0 else torch.cat([valid.new_zeros(valid.shape[0], missing), valid], dim=1)
+
+
+__all__ = ["Row", "SpeculativeBatch"]

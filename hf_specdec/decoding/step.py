@@ -1,0 +1,158 @@
+"""The speculative step, written once: single sequences (a batch of one), batches and the server all run it.
+
+One step over the rows of a `SpeculativeBatch` (B rows, N_b draft nodes in row b, n = 1 + max N_b fed slots per
+row, S cached slots; a row's last committed token, its anchor, is not in the target's cache yet):
+
+1) draft: every unfinished row's candidate generator (its drafter kind's) drafts a tree under the anchor: an argmax
+   chain, a best-first tree, or exact-q draws; plus a prompt-lookup branch (docs/verification.md section 2);
+2) feed: `[anchor, nodes]` per row, padded to n; positions = anchor position + depth; a (B, n, S + n) mask in which
+   a node sees its row's valid cache slots, its ancestors and itself (none for one unpadded row's chain);
+3) verify: ONE target forward over (B, n), the drafter's tapped hidden states returned with the logits;
+4) accept: per row, the target's rows processed as plain `generate` processes them (p), then the greedy acceptance
+   walk or multi-draft speculative sampling with the exact q every node was drawn from (docs/verification.md
+   sections 4-6);
+5) commit: accepted drafts + one target token, cut where plain `generate` stops (max_length, EOS, criteria);
+6) keep: each row's drafter gets the tapped features of its committed rows; the target's cache keeps the prefix
+   and the committed rows only (a crop for one row's chain, else a gather that re-aligns the rows).
+
+Host syncs per step and row: the tree's token ids (drafter top-k or draws) and the acceptance decisions (greedy:
+the target's argmax rows, once; sampling: one per child tried). No loop touches the vocabulary dimension.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING
+
+import torch
+
+from ..models.target_features import tapped_features
+from ..verification.acceptance import greedy_acceptance, speculative_sampling
+from ..verification.processed import probabilities, process_rows
+from ..verification.prompt_lookup import prompt_lookup_candidates
+from ..verification.tree import DraftTree, mask_for_attention, tree_attention_mask
+
+if TYPE_CHECKING:
+    from .batch import Row, SpeculativeBatch
+
+
+@torch.no_grad()
+def speculative_step(batch: SpeculativeBatch) -> None:
+    """One drafted target forward for every unfinished row of `batch` (finished rows ride along with no drafts)."""
+    rows = batch.rows
+    if not rows:
+        return
+    # 1) draft
+    trees = [draft_tree(batch, row) for row in rows]
+    # 2) feed
+    feed, positions, mask = verification_inputs(batch, trees)  # (B, n), (B, n), mask or None
+    # 3) verify
+    out = batch.target(
+        feed,
+        attention_mask=mask,
+        position_ids=positions,
+        **{batch.cache_arg: batch.cache},
+        use_cache=True,
+        output_hidden_states=batch.taps,
+    )
+    raw = out.logits.float()  # (B, n, V)
+    features = tapped_features(out.hidden_states, batch.layer_ids, feed.shape[1])  # (B, n, L*H)
+    kept: list[list[int]] = []
+    for b, (row, tree) in enumerate(zip(rows, trees, strict=True)):
+        if row.done:
+            kept.append([])
+            continue
+        # 4) accept
+        processed = process_rows(row.processors, raw[b, : len(tree) + 1], functools.partial(path_context, row, tree))
+        if batch.do_sample:
+            path, bonus = speculative_sampling(tree, probabilities(processed))
+        else:
+            path, bonus = greedy_acceptance(tree, processed.argmax(dim=-1).tolist())
+        row.generator.stats.record(len(tree), len(path))
+        # 5) commit
+        fed = [0] + [c + 1 for c in path]  # fed slots of the anchor and the accepted path
+        new = torch.tensor([[tree.tokens[c] for c in path] + [bonus]], device=row.ids.device)
+        committed = batch.commit(row, new)
+        if row.scores is not None:  # return_dict_in_generate with output_scores / output_logits
+            row.scores.extend(processed[r : r + 1] for r in fed[:committed])
+        if row.logits is not None:
+            row.logits.extend(raw[b, r : r + 1] for r in fed[:committed])
+        # 6) keep (drafter side; the cache below, for every row at once)
+        row.generator.queue_features(features[b : b + 1, fed[:committed]])
+        kept.append(fed[:committed])
+    batch.keep_fed(kept, feed.shape[1])
+
+
+def draft_tree(batch: SpeculativeBatch, row: Row) -> DraftTree:
+    """Step 1 for one row: its drafter kind's tree under the anchor, plus a prompt-lookup branch."""
+    settings = batch.settings
+    room = row.max_length - row.ids.shape[1] - 1  # drafts that can still be committed before the bonus token
+    k = min(row.generator.block_size - 1, room)
+    if row.done or k <= 0:
+        tree = DraftTree()
+    elif batch.exact_q:
+        tree = row.generator.sampled_tree(row.ids, k, settings.sample_branches, row.processors)
+    else:
+        tree = row.generator.greedy_tree(row.ids, k, settings.tree_budget, settings.tree_topk)
+    if settings.prompt_lookup_tokens and room > 0 and not row.done:
+        width = min(settings.prompt_lookup_tokens, room)
+        tree.add_chain(prompt_lookup_candidates(row.ids, settings.prompt_lookup_ngram, width), merge=not batch.exact_q)
+    return tree
+
+
+def verification_inputs(batch: SpeculativeBatch, trees: list[DraftTree]):
+    """Step 2: (B, n) fed ids, (B, n) positions and the attention mask (None for one unpadded row's chain)."""
+    dev = batch.target.device
+    B, S = batch.valid.shape
+    n = max(len(t) for t in trees) + 1
+    feed = torch.full((B, n), batch.pad_token_id, dtype=torch.long, device=dev)  # (B, n)
+    positions = torch.zeros(B, n, dtype=torch.long, device=dev)  # (B, n)
+    for b, (row, tree) in enumerate(zip(batch.rows, trees, strict=True)):
+        T = row.ids.shape[1]
+        feed[b, 0] = row.ids[0, -1]
+        feed[b, 1 : len(tree) + 1] = torch.tensor(tree.tokens, dtype=torch.long)
+        positions[b, 0] = T - 1
+        positions[b, 1 : len(tree) + 1] = T - 1 + torch.tensor(tree.depths(), dtype=torch.long)
+    if B == 1 and trees[0].is_chain():  # one row is never padded: causal attention, no mask
+        return feed, positions, None
+    allowed = torch.zeros(B, n, S + n, dtype=torch.bool, device=dev)  # (B, n, S + n) True = attend
+    allowed[:, :, :S] = batch.valid[:, None, :]
+    for b, tree in enumerate(trees):
+        allowed[b, :, S:] = tree_visibility(tree, n).to(dev)
+    return feed, positions, mask_for_attention(allowed, batch.target.config._attn_implementation, batch.target.dtype)
+
+
+def tree_visibility(tree: DraftTree, n: int) -> torch.Tensor:
+    """(n, n) fed slot i sees fed slot j: the root, its ancestors and itself; padding slots see themselves."""
+    allowed = torch.eye(n, dtype=torch.bool)
+    size = len(tree) + 1
+    allowed[:size, :size] = tree_attention_mask(tree, 0, torch.float32, torch.device("cpu"), boolean=True)[0, 0]
+    return allowed
+
+
+def path_context(row: Row, tree: DraftTree, fed: int) -> torch.LongTensor:
+    """(1, P + T + depth) what logits processors see before fed slot `fed`: the row's left padding (as plain batched
+    generate shows it), its committed tokens and the tree path to the slot."""
+    seen = row.ids if row.padding is None else torch.cat([row.padding, row.ids], dim=-1)
+    if fed == 0:
+        return seen
+    path = torch.tensor([tree.tokens[i] for i in tree.path_to(fed - 1)], device=seen.device)
+    return torch.cat([seen, path[None]], dim=-1)
+
+
+def truncate_new(new, input_ids, max_length: int, eos, extra_criteria) -> tuple[torch.LongTensor, bool]:
+    """Step 5's cut of new tokens (1, n) where plain generate would have stopped: `max_length`, the first EOS (`eos`
+    ids or None), any other criterion. Returns the kept tokens and whether EOS or a criterion ended generation."""
+    new = new[:, : max_length - input_ids.shape[1]]
+    if eos is not None:
+        hits = torch.isin(new[0], eos.to(new.device)).nonzero()
+        if hits.numel():
+            return new[:, : int(hits[0]) + 1], True
+    if extra_criteria is not None:
+        for j in range(new.shape[1]):
+            if bool(extra_criteria(torch.cat([input_ids, new[:, : j + 1]], dim=-1), None).any()):
+                return new[:, : j + 1], True
+    return new, False
+
+
+__all__ = ["draft_tree", "path_context", "speculative_step", "truncate_new", "verification_inputs"]
