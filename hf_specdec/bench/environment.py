@@ -1,0 +1,50 @@
+"""The machine and library versions a benchmark ran on, for its report."""
+
+from __future__ import annotations
+
+import os
+import platform
+from pathlib import Path
+
+import torch
+
+import hf_specdec
+
+
+def environment() -> dict:
+    import transformers
+
+    cuda = torch.cuda.is_available()
+    return {
+        "machine": {
+            "platform": platform.platform(),
+            "cpu": _cpu_name(),
+            "cpu_count": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(),
+            "load_average_at_end": load_average(),  # 1/5/15-min; above cpu_count = other jobs shared the CPU
+            "gpu": torch.cuda.get_device_name(0) if cuda else None,
+        },
+        "versions": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "hf_specdec": hf_specdec.__version__,
+        },
+    }
+
+
+def load_average() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (AttributeError, OSError):
+        return None
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
