@@ -10,16 +10,12 @@ Writes output_dir/throughput.json and prints a table.
 
 from __future__ import annotations
 
-import dataclasses
-import json
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from transformers import HfArgumentParser
 
 from hf_specdec.training.config import DistillationConfig
-from hf_specdec.training.pipeline import build_drafter, load_target, prepare_sequences
-from hf_specdec.training.throughput import measure_supervision
+from hf_specdec.training.throughput import compare_on_policy_objectives
 
 
 @dataclass
@@ -29,32 +25,7 @@ class ThroughputArgs:
 
 def main() -> None:
     config, args = HfArgumentParser([DistillationConfig, ThroughputArgs]).parse_args_into_dataclasses()
-    target, tokenizer = load_target(config)
-    drafter = build_drafter(config, target)
-    sequences = prepare_sequences(config, target, tokenizer, drafter.config.target_layer_ids)
-    rows = measure_supervision(config, target, drafter, sequences, ["sequential_opd", "specopd"], args.steps)
-    base = rows[0].tokens_per_second
-    print("| objective | supervised tok/s | ratio | per target-second | supervised / target pass | target tokens | s |")
-    print("|---|---|---|---|---|---|---|")
-    for r in rows:
-        print(
-            f"| {r.objective} | {r.tokens_per_second:.1f} | {r.tokens_per_second / base:.2f}x | "
-            f"{r.tokens_per_target_second:.1f} | {r.supervised_per_pass:.1f} | {r.target_tokens} | {r.seconds:.1f} |"
-        )
-    out = Path(config.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    result = {
-        "config": dataclasses.asdict(config),
-        "steps": args.steps,
-        "rows": [
-            dataclasses.asdict(r)
-            | {"tokens_per_second": r.tokens_per_second, "tokens_per_target_second": r.tokens_per_target_second}
-            for r in rows
-        ],
-        "ratio": rows[1].tokens_per_second / base,
-        "device": str(target.device),
-    }
-    (out / "throughput.json").write_text(json.dumps(result, indent=1))
+    print(compare_on_policy_objectives(config, args.steps))
 
 
 if __name__ == "__main__":

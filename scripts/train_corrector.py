@@ -12,18 +12,17 @@ candidate recall and timings to output_dir/training_log.json.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from transformers import HfArgumentParser
 
 from hf_specdec.training.config import CorrectorTrainingConfig
-from hf_specdec.training.dcoco import run_corrector_training
+from hf_specdec.training.run import run
 
 
 def main() -> None:
     (config,) = HfArgumentParser(CorrectorTrainingConfig).parse_args_into_dataclasses()
-    out = run_corrector_training(config)
-    log = json.loads((Path(config.output_dir) / "training_log.json").read_text())
+    out = run(config)
+    log = json.loads((out.parent / "training_log.json").read_text())
     print(f"DCOCO drafter written to {out}; candidate recall {log['candidate_recall']:.3f}")
 
 

@@ -22,13 +22,12 @@ from __future__ import annotations
 from transformers import HfArgumentParser
 
 from hf_specdec.training.config import DistillationConfig
-from hf_specdec.training.pipeline import run_training
+from hf_specdec.training.run import run
 
 
 def main() -> None:
-    (config,) = HfArgumentParser(DistillationConfig).parse_args_into_dataclasses()
-    out = run_training(config)
-    print(f"drafter written to {out}")
+    (config,) = HfArgumentParser(DistillationConfig).parse_args_into_dataclasses()  # --objective: its config class
+    print(f"drafter written to {run(config)}")
 
 
 if __name__ == "__main__":

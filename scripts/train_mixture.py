@@ -13,12 +13,12 @@ from __future__ import annotations
 from transformers import HfArgumentParser
 
 from hf_specdec.training.config import MixtureTrainingConfig
-from hf_specdec.training.dblast import run_mixture_training
+from hf_specdec.training.run import run
 
 
 def main() -> None:
     (config,) = HfArgumentParser(MixtureTrainingConfig).parse_args_into_dataclasses()
-    print(f"DBLAST drafter written to {run_mixture_training(config)}")
+    print(f"DBLAST drafter written to {run(config)}")
 
 
 if __name__ == "__main__":

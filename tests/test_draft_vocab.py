@@ -9,7 +9,7 @@ from conftest import VOCAB, make_drafter, oracle, tiny_target
 
 from hf_specdec import BlockDrafter
 from hf_specdec.training.data import TrainingSequence
-from hf_specdec.training.pipeline import frequent_labels
+from hf_specdec.training.sequences import frequent_labels
 
 SUBSET = torch.arange(3, VOCAB, 3)  # every third id
 

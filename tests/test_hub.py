@@ -369,7 +369,7 @@ def test_ship_drafter_push_to_hub_packages_then_publishes(hub_env, tiny, tmp_pat
 def test_training_with_push_to_hub_publishes_the_drafter_and_its_recipe(hub_env, tmp_path):
     """train_drafter's run (SpecOPD + LoRA here) ends with the merged drafter and a card on the Hub."""
     from hf_specdec.training.config import DistillationConfig
-    from hf_specdec.training.pipeline import run_training
+    from hf_specdec.training.run import run
 
     saved_run_inputs(tmp_path)
     settings = dict(
@@ -388,9 +388,9 @@ def test_training_with_push_to_hub_publishes_the_drafter_and_its_recipe(hub_env,
         push_to_hub="org/opd-drafter",
     )
     with pytest.raises(ValueError, match="target"):  # a local target folder is no Hub id: refused, run kept
-        run_training(DistillationConfig(**settings))
+        run(DistillationConfig(**settings))
     assert (tmp_path / "run" / "drafter" / "model.safetensors").is_file()
-    out = run_training(DistillationConfig(**settings, hub_target_id=TARGET))
+    out = run(DistillationConfig(**settings, hub_target_id=TARGET))
     card = ModelCard.load("org/opd-drafter")
     assert card.data.base_model == TARGET
     assert "--objective specopd" in card.text and "--lora_rank 4" in card.text and TOKEN not in card.text

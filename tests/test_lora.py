@@ -10,7 +10,7 @@ from conftest import MASK_ID, make_drafter, saved_run_inputs, tiny_target
 from hf_specdec import BlockDrafter, DCOCODrafter, load_drafter
 from hf_specdec.training.config import DistillationConfig
 from hf_specdec.training.lora import add_lora, merge_lora, save_adapter
-from hf_specdec.training.pipeline import run_training
+from hf_specdec.training.run import run
 from hf_specdec.training.specopd import SpecOPDTrainer
 
 
@@ -82,7 +82,7 @@ def test_specopd_lora_pipeline_resumes_and_saves_adapter_and_merged_drafter(tmp_
             dtype="float32",
         )
 
-    whole = run_training(config("whole", 6))
+    whole = run(config("whole", 6))
     original = SpecOPDTrainer.train_step
 
     def crash_at_step_5(self):
@@ -92,9 +92,9 @@ def test_specopd_lora_pipeline_resumes_and_saves_adapter_and_merged_drafter(tmp_
 
     monkeypatch.setattr(SpecOPDTrainer, "train_step", crash_at_step_5)
     with pytest.raises(KeyboardInterrupt):
-        run_training(config("split", 6))
+        run(config("split", 6))
     monkeypatch.setattr(SpecOPDTrainer, "train_step", original)
-    resumed = run_training(config("split", 6))
+    resumed = run(config("split", 6))
     log = json.loads((tmp_path / "split" / "training_log.json").read_text())
     assert log["resumed"] and log["steps"] == 6 and log["objective"] == "specopd" and log["supervised_tokens"] > 0
     a, b = load_drafter(whole), load_drafter(resumed)

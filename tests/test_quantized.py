@@ -81,7 +81,7 @@ def test_specopd_lora_training_with_a_4bit_target(tmp_path):
 
     from hf_specdec import load_drafter
     from hf_specdec.training.config import DistillationConfig
-    from hf_specdec.training.pipeline import run_training
+    from hf_specdec.training.run import run as run_training
 
     saved_run_inputs(tmp_path)
     config = DistillationConfig(

@@ -340,14 +340,16 @@ def test_mixture_head_training_raises_expected_acceptance(tmp_path):
     assert all(torch.equal(v, drafter.state_dict()[k]) for k, v in backbone.items())
     with pytest.raises(ValueError, match="temperature"):
         MixtureTrainingConfig(target="tiny", output_dir=str(tmp_path), drafter="x", temperature=0)
+    with pytest.raises(ValueError, match="draft_vocab_size"):
+        MixtureTrainingConfig(target="tiny", output_dir=str(tmp_path), drafter="x", draft_vocab_size=64)
 
 
 def test_head_training_pipelines_save_loadable_drafters_and_logs(tmp_path):
-    """run_corrector_training / run_mixture_training end to end on a saved tiny target and drafter."""
+    """run() of DCOCO and DBLAST head configs end to end on a saved tiny target and drafter."""
     from hf_specdec import DBLASTDrafter, DCOCODrafter, load_drafter
     from hf_specdec.training.config import CorrectorTrainingConfig, MixtureTrainingConfig
-    from hf_specdec.training.dblast import run_mixture_training
-    from hf_specdec.training.dcoco import run_corrector_training
+    from hf_specdec.training.counters import COUNTERS
+    from hf_specdec.training.run import run
 
     saved_run_inputs(tmp_path)
     common = dict(
@@ -362,15 +364,13 @@ def test_head_training_pipelines_save_loadable_drafters_and_logs(tmp_path):
         anchors_per_sequence=4,
         dtype="float32",
     )
-    for run, config, cls, key in [
+    for config, cls, key in [
         (
-            run_corrector_training,
             CorrectorTrainingConfig(output_dir=str(tmp_path / "c"), corrector_candidates=32, **common),
             DCOCODrafter,
             "candidate_recall",
         ),
         (
-            run_mixture_training,
             MixtureTrainingConfig(
                 output_dir=str(tmp_path / "m"), mixture_components=2, mixture_rank=4, top_m=8, **common
             ),
@@ -382,3 +382,44 @@ def test_head_training_pipelines_save_loadable_drafters_and_logs(tmp_path):
         assert type(load_drafter(out)) is cls
         log = json.loads((Path(config.output_dir) / "training_log.json").read_text())
         assert log["steps"] == 3 and len(log["losses"]) == 3 and key in log and log["supervised_slots"] > 0
+        assert set(COUNTERS) - {"supervised_tokens"} <= log.keys()  # every counter, the one list
+
+
+def test_the_config_class_picks_the_trainer():
+    """--objective names a config class; the class, not the name, picks the trainer; recipes keep the flag."""
+    from hf_specdec.training.config import (
+        CorrectorTrainingConfig,
+        DistillationConfig,
+        MixtureTrainingConfig,
+        SequentialOPDConfig,
+        SpecOPDConfig,
+    )
+    from hf_specdec.training.dblast import MixtureTrainer
+    from hf_specdec.training.dcoco import CorrectorTrainer
+    from hf_specdec.training.publishing import recipe_command
+    from hf_specdec.training.run import trainer_class
+    from hf_specdec.training.sequential_opd import SequentialOPDTrainer
+    from hf_specdec.training.specopd import SpecOPDTrainer
+
+    settings = dict(target="t", output_dir="o")
+    spec = DistillationConfig(**settings, objective="specopd", branches=2).for_objective()
+    assert type(spec) is SpecOPDConfig and spec.branches == 2 and spec.for_objective() is spec
+    assert type(spec.for_objective("sequential_opd")) is SequentialOPDConfig
+    expected = [
+        (DrafterTrainingConfig(**settings), DrafterTrainer),
+        (DistillationConfig(**settings), DrafterTrainer),
+        (DistillationConfig(**settings, objective="specopd"), SpecOPDTrainer),
+        (SpecOPDConfig(**settings), SpecOPDTrainer),
+        (DistillationConfig(**settings, objective="sequential_opd"), SequentialOPDTrainer),
+        (CorrectorTrainingConfig(**settings, drafter="d"), CorrectorTrainer),
+        (MixtureTrainingConfig(**settings, drafter="d"), MixtureTrainer),
+    ]
+    assert [trainer_class(config) for config, _ in expected] == [cls for _, cls in expected]
+    with pytest.raises(ValueError, match="specopd objective"):
+        SpecOPDConfig(**settings, objective="dflash")
+    with pytest.raises(ValueError, match="objective must be"):
+        spec.for_objective("ppo")
+    assert "--objective specopd" in recipe_command(spec) and "--objective" not in recipe_command(
+        DistillationConfig(**settings).for_objective()
+    )
+    assert recipe_command(CorrectorTrainingConfig(**settings, drafter="d")).startswith("python scripts/train_corrector")

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import ClassVar
 
 
 @dataclass
 class DrafterTrainingConfig:
-    """How to train a block drafter for a frozen target with the DFlash objective."""
+    """How to train a block drafter for a frozen target with the DFlash objective.
+
+    The class of a config is its objective: `hf_specdec.training.run.run` picks the trainer from it (`TRAINERS`).
+    """
+
+    script: ClassVar[str] = "scripts/train_drafter.py"  # the command line that parses this class (recipes, cards)
 
     target: str = field(metadata={"help": "target model folder or Hub id (frozen during training)"})
     output_dir: str = field(metadata={"help": "where checkpoints and the final drafter go"})
@@ -128,11 +134,16 @@ class DrafterTrainingConfig:
         if unknown and self.data_file is None:
             raise ValueError(f"unknown corpus {sorted(unknown)}; choose from sharegpt, stdlib or pass data_file")
 
+    def for_objective(self) -> DrafterTrainingConfig:
+        """The config whose class picks the trainer: this one (`DistillationConfig` turns its `objective` into one)."""
+        return self
+
 
 @dataclass
 class CorrectorTrainingConfig(DrafterTrainingConfig):
     """Training of a DCOCO corrector on top of a trained block drafter (`drafter` is required)."""
 
+    script: ClassVar[str] = "scripts/train_corrector.py"
     corrector_candidates: int = field(default=16, metadata={"help": "K: candidates kept per drafted slot"})
     joint: bool = field(default=False, metadata={"help": "also train the backbone (default: corrector only)"})
 
@@ -148,6 +159,7 @@ class CorrectorTrainingConfig(DrafterTrainingConfig):
 class MixtureTrainingConfig(DrafterTrainingConfig):
     """Training of a DBLAST mixture head on top of a trained block drafter (`drafter` is required)."""
 
+    script: ClassVar[str] = "scripts/train_mixture.py"
     mixture_components: int = field(default=8, metadata={"help": "R: latent components"})
     mixture_rank: int = field(default=64, metadata={"help": "r: rank of each component's logit offset"})
     temperature: float = field(default=1.0, metadata={"help": "sampling temperature the head is trained for"})
@@ -165,6 +177,11 @@ class MixtureTrainingConfig(DrafterTrainingConfig):
             raise ValueError(f"temperature must be > 0 (the sampling temperature), got {self.temperature}")
         if self.nll_weight < 0 or self.balance_weight < 0:
             raise ValueError("nll_weight and balance_weight must be >= 0")
+        if self.draft_vocab_size is not None:
+            raise ValueError(
+                "draft_vocab_size does not apply to a mixture head (it is sized when the head is made): train the head "
+                "on a drafter that already has its draft vocabulary"
+            )
 
 
 @dataclass
@@ -175,6 +192,9 @@ class DistillationConfig(DrafterTrainingConfig):
     specopd: on-policy, E2E-TV loss on branches of the drafter's own policy packed into proposal trees, scored by
         one tree-masked target pass per sequence, plus ce_weight x the DFlash loss on the trunk.
     sequential_opd: the on-policy baseline (draft, verify, commit, supervise; one target pass per block).
+
+    `objective` is the command-line name of a subclass (`OBJECTIVES`: DFlashConfig, SpecOPDConfig,
+    SequentialOPDConfig); `for_objective` gives this config as that class, which picks the trainer.
     """
 
     objective: str = field(default="dflash", metadata={"help": "dflash, specopd or sequential_opd"})
@@ -188,8 +208,11 @@ class DistillationConfig(DrafterTrainingConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.objective not in ("dflash", "specopd", "sequential_opd"):
+        if self.objective not in OBJECTIVES:
             raise ValueError(f"objective must be dflash, specopd or sequential_opd, got {self.objective!r}")
+        own = next((name for name, cls in OBJECTIVES.items() if cls is type(self)), self.objective)
+        if self.objective != own:
+            raise ValueError(f"{type(self).__name__} is the {own} objective, got objective={self.objective!r}")
         if self.branches < 1 or self.tree_anchors < 1 or self.rollout_rounds < 1:
             raise ValueError("branches, tree_anchors and rollout_rounds must be >= 1")
         if self.temperature <= 0:
@@ -197,5 +220,49 @@ class DistillationConfig(DrafterTrainingConfig):
         if self.ce_weight < 0:
             raise ValueError(f"ce_weight must be >= 0, got {self.ce_weight}")
 
+    def for_objective(self, objective: str | None = None) -> DistillationConfig:
+        """These settings as the class of `objective` (default: this config's own). The one place where the
+        objective's name becomes a class; the class, not the name, picks the trainer."""
+        name = objective or self.objective
+        cls = OBJECTIVES.get(name, DistillationConfig)  # an unknown name: refused by __post_init__
+        if type(self) is cls:
+            return self
+        return cls(**{f.name: getattr(self, f.name) for f in fields(DistillationConfig)} | {"objective": name})
 
-__all__ = ["CorrectorTrainingConfig", "DistillationConfig", "DrafterTrainingConfig", "MixtureTrainingConfig"]
+
+@dataclass
+class DFlashConfig(DistillationConfig):
+    """`--objective dflash`: teacher-forced DFlash cross-entropy on cached target text."""
+
+
+@dataclass
+class SpecOPDConfig(DistillationConfig):
+    """`--objective specopd`: on-policy E2E-TV on proposal trees, one tree-masked target pass per sequence."""
+
+    objective: str = field(default="specopd", metadata={"help": "specopd"})
+
+
+@dataclass
+class SequentialOPDConfig(DistillationConfig):
+    """`--objective sequential_opd`: draft, verify, commit, supervise (one target pass per block)."""
+
+    objective: str = field(default="sequential_opd", metadata={"help": "sequential_opd"})
+
+
+OBJECTIVES: dict[str, type[DistillationConfig]] = {
+    "dflash": DFlashConfig,
+    "specopd": SpecOPDConfig,
+    "sequential_opd": SequentialOPDConfig,
+}
+
+
+__all__ = [
+    "OBJECTIVES",
+    "CorrectorTrainingConfig",
+    "DFlashConfig",
+    "DistillationConfig",
+    "DrafterTrainingConfig",
+    "MixtureTrainingConfig",
+    "SequentialOPDConfig",
+    "SpecOPDConfig",
+]

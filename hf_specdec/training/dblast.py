@@ -25,7 +25,7 @@ from ..models.dblast.modeling_dblast import DBLASTDrafter
 from .config import MixtureTrainingConfig
 from .data import TrainingSequence
 from .losses import expected_verified_length_loss, mixture_nll
-from .pipeline import load_target, prepare_sequences, train_and_save
+from .sequences import data_folder
 from .trainer import DrafterTrainer
 
 
@@ -53,6 +53,20 @@ def cache_target_probs(
 
 class MixtureTrainer(DrafterTrainer):
     """`DrafterTrainer` with DBLAST's loss; only the mixture head is trained."""
+
+    objective = "dblast_mixture"
+    supervised_key = "supervised_slots"
+
+    @classmethod
+    def build_drafter(cls, config: MixtureTrainingConfig, target: PreTrainedModel) -> DBLASTDrafter:
+        return load_dblast(config).to(target.device)
+
+    @classmethod
+    def for_run(cls, config: MixtureTrainingConfig, target, drafter, sequences) -> MixtureTrainer:
+        """The trainer, with the target's top-m probabilities cached next to the sequences' features."""
+        folder = data_folder(config) / f"p-T{config.temperature:g}-m{config.top_m}"
+        probs = cache_target_probs(target, sequences, folder, config.temperature, config.top_m)
+        return cls(config, target, drafter, sequences, probs)
 
     def __init__(self, config, target, drafter: DBLASTDrafter, sequences, target_probs) -> None:
         drafter.requires_grad_(False)
@@ -92,8 +106,12 @@ class MixtureTrainer(DrafterTrainer):
         balance = (mean_pi * (mean_pi.clamp_min(1e-9).log() + math.log(mean_pi.shape[0]))).sum()
         return loss + self.config.balance_weight * balance, int(valid.sum())
 
+    def log_extras(self) -> dict:
+        return {"head_parameters": sum(p.numel() for p in self.drafter.mixture_head.parameters())}
+
 
 def load_dblast(config: MixtureTrainingConfig) -> DBLASTDrafter:
+    """The DBLAST drafter to train (float32): a saved one, or a block drafter given a fresh mixture head."""
     if AutoConfig.from_pretrained(config.drafter).model_type == DBLASTConfig.model_type:
         return DBLASTDrafter.from_pretrained(config.drafter, dtype=torch.float32)
     base = BlockDrafter.from_pretrained(config.drafter, dtype=torch.float32)
@@ -103,18 +121,4 @@ def load_dblast(config: MixtureTrainingConfig) -> DBLASTDrafter:
     )
 
 
-def run_mixture_training(config: MixtureTrainingConfig) -> Path:
-    """Train and save the DBLAST drafter to output_dir/drafter; write output_dir/training_log.json."""
-    target, tokenizer = load_target(config)
-    drafter = load_dblast(config).to(target.device)
-    sequences = prepare_sequences(config, target, tokenizer, drafter.config.target_layer_ids)
-    data = Path(config.data_dir) if config.data_dir else Path(config.output_dir) / "data"
-    probs = cache_target_probs(
-        target, sequences, data / f"p-T{config.temperature:g}-m{config.top_m}", config.temperature, config.top_m
-    )
-    trainer = MixtureTrainer(config, target, drafter, sequences, probs)
-    extra = {"head_parameters": sum(p.numel() for p in drafter.mixture_head.parameters())}
-    return train_and_save(config, trainer, len(sequences), extra, supervised_key="supervised_slots")
-
-
-__all__ = ["MixtureTrainer", "cache_target_probs", "load_dblast", "run_mixture_training"]
+__all__ = ["MixtureTrainer", "cache_target_probs", "load_dblast"]

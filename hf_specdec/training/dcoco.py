@@ -8,9 +8,6 @@ whose target token is not among the K candidates are skipped; how often it is (c
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import torch
 import torch.nn.functional as F
 from transformers import AutoConfig, PreTrainedModel
@@ -21,12 +18,18 @@ from ..models.dcoco.modeling_dcoco import DCOCODrafter
 from .config import CorrectorTrainingConfig
 from .data import TrainingSequence
 from .losses import dcoco_selection_loss, position_weights
-from .pipeline import load_target, prepare_sequences, train_and_save
 from .trainer import DrafterTrainer
 
 
 class CorrectorTrainer(DrafterTrainer):
     """`DrafterTrainer` with the corrector's loss; the backbone is frozen unless `config.joint`."""
+
+    objective = "dcoco_corrector"
+    supervised_key = "supervised_slots"
+
+    @classmethod
+    def build_drafter(cls, config: CorrectorTrainingConfig, target: PreTrainedModel) -> DCOCODrafter:
+        return load_dcoco(config).to(target.device)
 
     def __init__(
         self,
@@ -72,6 +75,10 @@ class CorrectorTrainer(DrafterTrainer):
     def candidate_recall(self) -> float:
         return self.state["slots_in_candidates"] / max(1, self.state["labelled_slots"])
 
+    def log_extras(self) -> dict:
+        corrector = sum(p.numel() for p in self.drafter.corrector.parameters())
+        return {"corrector_parameters": corrector, "candidate_recall": self.candidate_recall}
+
 
 def load_dcoco(config: CorrectorTrainingConfig) -> DCOCODrafter:
     """The DCOCO drafter to train (float32): a saved one, or a block drafter given a fresh corrector."""
@@ -82,18 +89,4 @@ def load_dcoco(config: CorrectorTrainingConfig) -> DCOCODrafter:
     return DCOCODrafter.from_block_drafter(base, corrector_candidates=config.corrector_candidates)
 
 
-def run_corrector_training(config: CorrectorTrainingConfig) -> Path:
-    """Train and save the DCOCO drafter to output_dir/drafter; write output_dir/training_log.json."""
-    target, tokenizer = load_target(config)
-    drafter = load_dcoco(config).to(target.device)
-    sequences = prepare_sequences(config, target, tokenizer, drafter.config.target_layer_ids)
-    trainer = CorrectorTrainer(config, target, drafter, sequences)
-    extra = {"corrector_parameters": sum(p.numel() for p in drafter.corrector.parameters())}
-    out = train_and_save(config, trainer, len(sequences), extra, supervised_key="supervised_slots")
-    log_path = Path(config.output_dir) / "training_log.json"
-    log = json.loads(log_path.read_text())
-    log_path.write_text(json.dumps({**log, "candidate_recall": trainer.candidate_recall}, indent=1))
-    return out
-
-
-__all__ = ["CorrectorTrainer", "load_dcoco", "run_corrector_training"]
+__all__ = ["CorrectorTrainer", "load_dcoco"]

@@ -26,6 +26,8 @@ from .specopd import SpecOPDTrainer
 class SequentialOPDTrainer(SpecOPDTrainer):
     """Draft, verify, commit, supervise: `rollout_rounds` speculative steps per sequence per optimizer step."""
 
+    objective = "sequential_opd"
+
     def sequence_loss(self, seq: TrainingSequence, generator: torch.Generator) -> tuple[torch.Tensor, int]:
         cfg, target, dev = self.config, self.target, self.device
         K, layers = self.drafter.config.block_size, self.drafter.config.target_layer_ids

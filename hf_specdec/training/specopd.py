@@ -56,6 +56,8 @@ def eos_ids(target: PreTrainedModel) -> torch.LongTensor:
 class SpecOPDTrainer(DrafterTrainer):
     """`DrafterTrainer` with the SpecOPD loss; works for block, DCOCO and DBLAST drafters (full or LoRA)."""
 
+    objective = "specopd"
+
     def __init__(self, config, target, drafter, sequences) -> None:
         super().__init__(config, target, drafter, sequences)
         vocab = target.get_output_embeddings().weight.shape[0]
@@ -63,9 +65,10 @@ class SpecOPDTrainer(DrafterTrainer):
         self.policy = policy_for(drafter, self.embed, config.temperature, self.to_draft)
         self.eos = eos_ids(target)
         fix_lm_head_strides(target)  # the frozen head's slow CPU path on strided inputs (see lm_head_strides.py)
-        self.state.update(
-            trunk_labels=0, target_tokens=0, branch_tokens=0, target_passes=0, target_seconds=0.0, loss_terms=[]
-        )
+        self.state["loss_terms"] = []  # per sequence: step, E2E-TV, trunk CE
+
+    def log_extras(self) -> dict:
+        return {"loss_terms": self.state["loss_terms"]}
 
     @contextlib.contextmanager
     def timed(self, key: str):
@@ -109,7 +112,7 @@ class SpecOPDTrainer(DrafterTrainer):
         self.state["target_passes"] += 1
         self.state["branch_tokens"] += n * M * k
         terms = [self.state["step"] + 1, float(e2e.detach()), float(ce.detach())]
-        self.state.setdefault("loss_terms", []).append(terms)  # per sequence: step, E2E-TV, trunk CE
+        self.state["loss_terms"].append(terms)
         return e2e + cfg.ce_weight * ce, trees.supervised
 
     def teacher(self, trees) -> torch.Tensor:

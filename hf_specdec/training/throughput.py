@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from tqdm.auto import tqdm
 
 from .config import DistillationConfig
-from .pipeline import trainer_class
-
-COUNTERS = ("supervised_tokens", "target_tokens", "target_passes", "branch_tokens", "target_seconds")
+from .counters import COUNTERS
+from .run import trainer_class
+from .sequences import prepare_sequences
+from .target import load_target
+from .trainer import DrafterTrainer
 
 
 @dataclass
@@ -47,7 +51,7 @@ def measure_supervision(
     `steps` (whole optimizer steps: drafting, target passes, loss, backward, update)."""
     rows = []
     for objective in objectives:
-        run_config = dataclasses.replace(config, objective=objective)
+        run_config = config.for_objective(objective)
         trainer = trainer_class(run_config)(run_config, target, copy.deepcopy(drafter), sequences)
         trainer.train_step()  # warm-up: allocator, kernels
         trainer.state["step"] += 1
@@ -58,18 +62,48 @@ def measure_supervision(
             trainer.state["step"] += 1
         seconds = time.perf_counter() - start
         done = {k: trainer.state[k] - before[k] for k in COUNTERS}
-        rows.append(
-            SupervisionThroughput(
-                objective,
-                steps,
-                seconds,
-                done["supervised_tokens"],
-                done["target_tokens"],
-                done["target_passes"],
-                done["target_seconds"],
-            )
-        )
+        measured = {f.name: done[f.name] for f in dataclasses.fields(SupervisionThroughput) if f.name in COUNTERS}
+        rows.append(SupervisionThroughput(objective, steps, seconds, **measured))
     return rows
 
 
-__all__ = ["SupervisionThroughput", "measure_supervision"]
+def throughput_table(rows: list[SupervisionThroughput]) -> str:
+    """A markdown table of `rows`, ratios against the first."""
+    base = rows[0].tokens_per_second
+    lines = [
+        "| objective | supervised tok/s | ratio | per target-second | supervised / target pass | target tokens | s |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r.objective} | {r.tokens_per_second:.1f} | {r.tokens_per_second / base:.2f}x | "
+            f"{r.tokens_per_target_second:.1f} | {r.supervised_per_pass:.1f} | {r.target_tokens} | {r.seconds:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def compare_on_policy_objectives(config: DistillationConfig, steps: int) -> str:
+    """Sequential OPD then SpecOPD on `config`'s target, drafter and (cached) data: write output_dir/throughput.json
+    and return the table."""
+    target, tokenizer = load_target(config)
+    drafter = DrafterTrainer.build_drafter(config, target)
+    sequences = prepare_sequences(config, target, tokenizer, drafter.config.target_layer_ids)
+    rows = measure_supervision(config, target, drafter, sequences, ["sequential_opd", "specopd"], steps)
+    out = Path(config.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    result = {
+        "config": dataclasses.asdict(config),
+        "steps": steps,
+        "rows": [
+            dataclasses.asdict(r)
+            | {"tokens_per_second": r.tokens_per_second, "tokens_per_target_second": r.tokens_per_target_second}
+            for r in rows
+        ],
+        "ratio": rows[1].tokens_per_second / rows[0].tokens_per_second,
+        "device": str(target.device),
+    }
+    (out / "throughput.json").write_text(json.dumps(result, indent=1))
+    return throughput_table(rows)
+
+
+__all__ = ["SupervisionThroughput", "compare_on_policy_objectives", "measure_supervision", "throughput_table"]

@@ -6,6 +6,7 @@ import math
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -16,8 +17,10 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
 from ..models.block_drafter.modeling_block_drafter import BlockDrafter
+from ..models.loading import load_drafter
 from .checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
 from .config import DrafterTrainingConfig
+from .counters import zero_counters
 from .data import TrainingSequence
 from .losses import default_gamma, dflash_decayed_cross_entropy
 from .packing import pack_blocks, sample_anchors
@@ -28,7 +31,44 @@ class DrafterTrainer:
 
     Each step's randomness (which sequences, which anchors) comes from a generator seeded with (seed, step), so a
     run resumed from a checkpoint takes the same steps as one that never stopped.
+
+    What `hf_specdec.training.run.run` asks of a trainer class: `build_drafter` (the drafter it trains), `for_run`
+    (the trainer, with any data of its own), `objective` and `supervised_key` (names in the training log) and
+    `log_extras` (figures of its own for the log).
     """
+
+    objective: ClassVar[str] = "dflash"
+    supervised_key: ClassVar[str] = "supervised_tokens"  # the training log's name of the supervised_tokens counter
+
+    @classmethod
+    def build_drafter(cls, config: DrafterTrainingConfig, target: PreTrainedModel) -> BlockDrafter:
+        """The drafter to train, in float32 (master weights): loaded from `config.drafter` or fresh for the target."""
+        if config.drafter:
+            drafter = load_drafter(config.drafter, dtype=torch.float32)
+        else:
+            torch.manual_seed(config.seed)
+            extra = {"intermediate_size": config.intermediate_size} if config.intermediate_size else {}
+            drafter = BlockDrafter.for_target(
+                target,
+                mask_token_id=config.mask_token_id,
+                block_size=config.block_size,
+                num_hidden_layers=config.num_hidden_layers,
+                num_target_taps=config.num_target_taps,
+                target_name_or_path=config.target,
+                **extra,
+            )
+        return drafter.to(device=target.device, dtype=torch.float32)
+
+    @classmethod
+    def for_run(
+        cls,
+        config: DrafterTrainingConfig,
+        target: PreTrainedModel,
+        drafter: BlockDrafter,
+        sequences: list[TrainingSequence],
+    ) -> DrafterTrainer:
+        """The trainer of a whole run (subclasses that need more data than the sequences prepare it here)."""
+        return cls(config, target, drafter, sequences)
 
     def __init__(
         self,
@@ -67,7 +107,11 @@ class DrafterTrainer:
         self.step_loss = StepLoss(self)
         if self.processes.num_processes > 1:  # DDP: gradients averaged over processes
             self.step_loss = Accelerator(cpu=cpu).prepare_model(self.step_loss)
-        self.state = {"step": 0, "losses": [], "elapsed_s": 0.0, "supervised_tokens": 0}
+        self.state = {"step": 0, "losses": [], "elapsed_s": 0.0, **zero_counters()}
+
+    def log_extras(self) -> dict:
+        """Figures of this trainer's own for training_log.json (next to the counters every trainer keeps)."""
+        return {}
 
     def learning_rate(self, step: int) -> float:
         """Linear warm-up, then cosine decay to 10% of the peak."""
@@ -137,7 +181,7 @@ class DrafterTrainer:
         found = find_checkpoint(self.checkpoint_dir)
         if found is None:
             return False
-        self.state = load_checkpoint(found, self.drafter, self.optimizer)
+        self.state = {**self.state, **load_checkpoint(found, self.drafter, self.optimizer)}
         return True
 
     def save(self) -> None:

@@ -1,0 +1,59 @@
+"""What a finished run leaves in output_dir: the drafter (in the target's dtype), with LoRA also the adapter alone,
+and training_log.json."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .config import DrafterTrainingConfig
+from .counters import COUNTERS
+from .trainer import DrafterTrainer
+
+
+def training_log(trainer: DrafterTrainer, resumed: bool) -> dict:
+    """What training_log.json records, for every objective: whether the run resumed, its objective, steps and time;
+    every counter (`COUNTERS`; supervised_tokens under the trainer's `supervised_key`); the data and the trained
+    parameters; the trainer's own figures (`log_extras`); the loss curve; the target's device and dtype."""
+    state = trainer.state
+    counters = {trainer.supervised_key if name == "supervised_tokens" else name: state[name] for name in COUNTERS}
+    return {
+        "resumed": bool(resumed),
+        "objective": trainer.objective,
+        "steps": state["step"],
+        "train_seconds": state["elapsed_s"],
+        **counters,
+        "sequences": len(trainer.sequences),
+        "sequence_tokens": sum(int(s.ids.shape[0]) for s in trainer.sequences),
+        "trainable_parameters": sum(p.numel() for p in trainer.drafter.parameters() if p.requires_grad),
+        "processes": trainer.processes.num_processes,
+        **trainer.log_extras(),
+        "losses": state["losses"],
+        "device": str(trainer.target.device),
+        "dtype": str(trainer.target.dtype),
+    }
+
+
+def save_drafter(config: DrafterTrainingConfig, trainer: DrafterTrainer, adapters=None) -> Path:
+    """The trained drafter in the target's dtype to output_dir/drafter. With LoRA `adapters` the adapter alone goes
+    to output_dir/adapter and the merged drafter to output_dir/drafter."""
+    drafter, out = trainer.drafter, Path(config.output_dir) / "drafter"
+    if adapters is not None:
+        from .lora import merge_lora, save_adapter
+
+        save_adapter(adapters, Path(config.output_dir) / "adapter")
+        drafter = merge_lora(adapters)
+    drafter.requires_grad_(True)  # heads were trained with a frozen backbone; the saved model is whole
+    drafter.to(trainer.target.dtype).save_pretrained(out)
+    return out
+
+
+def save_run(config: DrafterTrainingConfig, trainer: DrafterTrainer, resumed: bool, adapters=None) -> Path:
+    """The drafter (and adapter) and output_dir/training_log.json; returns the drafter's folder."""
+    log = training_log(trainer, resumed)  # before merging: the trainable parameters are the trained ones
+    out = save_drafter(config, trainer, adapters)
+    (Path(config.output_dir) / "training_log.json").write_text(json.dumps(log, indent=1))
+    return out
+
+
+__all__ = ["save_drafter", "save_run", "training_log"]
