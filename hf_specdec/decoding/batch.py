@@ -25,7 +25,6 @@ from ..models.registry import generator_class_for
 from ..models.settings import DecodingSettings
 from ..models.target_features import tapped_features
 from ..verification.processed import probabilities, process_rows, row_processors
-from .step import speculative_step, truncate_new
 
 
 @dataclass
@@ -157,10 +156,6 @@ class SpeculativeBatch:
     def finished(self) -> bool:
         return all(r.done for r in self.rows)
 
-    def step(self) -> None:
-        """One speculative step for every row (`step.speculative_step`)."""
-        speculative_step(self)
-
     # -- what the step calls ---------------------------------------------------------------------------------------
     def commit(self, row: Row, new: torch.LongTensor) -> int:
         """Append `new` (1, n) to the row, cut where plain generate would stop (max_length, EOS, criteria); returns
@@ -233,4 +228,19 @@ def _left_pad_mask(valid: torch.Tensor, width: int) -> torch.Tensor:
     return valid if missing == 0 else torch.cat([valid.new_zeros(valid.shape[0], missing), valid], dim=1)
 
 
-__all__ = ["Row", "SpeculativeBatch"]
+def truncate_new(new, input_ids, max_length: int, eos, extra_criteria) -> tuple[torch.LongTensor, bool]:
+    """The cut of new tokens (1, n) where plain generate would have stopped: `max_length`, the first EOS (`eos`
+    ids or None), any other criterion. Returns the kept tokens and whether EOS or a criterion ended generation."""
+    new = new[:, : max_length - input_ids.shape[1]]
+    if eos is not None:
+        hits = torch.isin(new[0], eos.to(new.device)).nonzero()
+        if hits.numel():
+            return new[:, : int(hits[0]) + 1], True
+    if extra_criteria is not None:
+        for j in range(new.shape[1]):
+            if bool(extra_criteria(torch.cat([input_ids, new[:, : j + 1]], dim=-1), None).any()):
+                return new[:, : j + 1], True
+    return new, False
+
+
+__all__ = ["Row", "SpeculativeBatch", "truncate_new"]

@@ -14,6 +14,7 @@ from transformers import GenerationConfig, LogitsProcessorList, PreTrainedModel,
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from .batch import SpeculativeBatch
+from .step import speculative_step
 
 
 @torch.no_grad()
@@ -39,7 +40,7 @@ def speculative_generate(
             streamed = len(row.new_tokens)
         if row.done:
             break
-        batch.step()
+        speculative_step(batch)
     if streamer is not None:
         streamer.end()
     sequences = row.ids
@@ -85,7 +86,7 @@ def batched_generate(
     pads = [width - len(p) for p in prompts]  # max_length counts the padded prompt, as in plain generate
     rows = batch.add(prompts, [generation_config.max_length - n for n in pads], pads)
     while not batch.finished:
-        batch.step()
+        speculative_step(batch)
         batch.drop_finished()
     longest = max(len(r.new_tokens) for r in rows)
     out = torch.full((len(rows), width + longest), batch.pad_token_id, dtype=torch.long, device=input_ids.device)

@@ -27,6 +27,7 @@ from transformers.generation.logits_process import TemperatureLogitsWarper, TopK
 
 from ..verification.stats import AcceptanceStats
 from .batch import Row, SpeculativeBatch
+from .step import speculative_step
 from .validation import validate_generation_settings
 
 
@@ -111,7 +112,7 @@ class SpeculativeServer:
         """Admit waiting requests, run one speculative step, return the requests that finished in it."""
         self._admit()
         if any(not r.row.done for r in self.running):
-            self.batch.step()
+            speculative_step(self.batch)
         finished = []
         now = time.perf_counter()
         for request in self.running:

@@ -22,7 +22,6 @@ the target's argmax rows, once; sampling: one per child tried). No loop touches 
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING
 
 import torch
 
@@ -31,9 +30,7 @@ from ..verification.acceptance import greedy_acceptance, speculative_sampling
 from ..verification.processed import probabilities, process_rows
 from ..verification.prompt_lookup import prompt_lookup_candidates
 from ..verification.tree import DraftTree, mask_for_attention, tree_attention_mask
-
-if TYPE_CHECKING:
-    from .batch import Row, SpeculativeBatch
+from .batch import Row, SpeculativeBatch
 
 
 @torch.no_grad()
@@ -140,19 +137,4 @@ def path_context(row: Row, tree: DraftTree, fed: int) -> torch.LongTensor:
     return torch.cat([seen, path[None]], dim=-1)
 
 
-def truncate_new(new, input_ids, max_length: int, eos, extra_criteria) -> tuple[torch.LongTensor, bool]:
-    """Step 5's cut of new tokens (1, n) where plain generate would have stopped: `max_length`, the first EOS (`eos`
-    ids or None), any other criterion. Returns the kept tokens and whether EOS or a criterion ended generation."""
-    new = new[:, : max_length - input_ids.shape[1]]
-    if eos is not None:
-        hits = torch.isin(new[0], eos.to(new.device)).nonzero()
-        if hits.numel():
-            return new[:, : int(hits[0]) + 1], True
-    if extra_criteria is not None:
-        for j in range(new.shape[1]):
-            if bool(extra_criteria(torch.cat([input_ids, new[:, : j + 1]], dim=-1), None).any()):
-                return new[:, : j + 1], True
-    return new, False
-
-
-__all__ = ["draft_tree", "path_context", "speculative_step", "truncate_new", "verification_inputs"]
+__all__ = ["draft_tree", "path_context", "speculative_step", "verification_inputs"]
