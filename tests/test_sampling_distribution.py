@@ -88,9 +88,9 @@ def run_case(name, drafter_cls=BlockDrafter):
     trees = []
     walk = step.speculative_sampling
 
-    def spy(tree, p_rows, generator=None):  # records what acceptance is handed, then runs the real rule
+    def spy(tree, p_rows, rng=None):  # records what acceptance is handed, then runs the real rule
         trees.append(tree)
-        return walk(tree, p_rows, generator)
+        return walk(tree, p_rows, rng)
 
     counts = torch.zeros(V, V)
     torch.manual_seed(0)
@@ -157,7 +157,7 @@ def _pit(trees, transform=None):
             if row < 0:
                 continue
             below = q[row, :token].sum()
-            values.append(float(below + torch.rand((), generator=g) * q[row, token]))
+            values.append(float(below + torch.rand((), rng=g) * q[row, token]))
     return torch.tensor(values)
 
 

@@ -48,7 +48,7 @@ def test_decayed_cross_entropy_equals_the_weighted_mean_by_hand():
 
 def test_anchors_leave_context_and_labels():
     g = torch.Generator().manual_seed(0)
-    a = sample_anchors(20, loss_start=8, block_size=4, num_anchors=50, generator=g)
+    a = sample_anchors(20, loss_start=8, block_size=4, num_anchors=50, rng=g)
     assert a.min() >= 7 and a.max() <= 18 and len(a) == len(set(a.tolist())) == 12
     assert len(sample_anchors(3, 3, 4, 5, g)) == 0
 

@@ -19,6 +19,7 @@ def environment() -> dict:
         "machine": {
             "platform": platform.platform(),
             "cpu": _cpu_name(),
+            "cpu_flags": _cpu_flags(),  # SIMD/matrix instructions a CPU forward's speed depends on
             "cpu_count": os.cpu_count(),
             "torch_threads": torch.get_num_threads(),
             "load_average_at_end": load_average(),  # 1/5/15-min; above cpu_count = other jobs shared the CPU
@@ -38,6 +39,17 @@ def load_average() -> list[float] | None:
         return [round(x, 2) for x in os.getloadavg()]
     except (AttributeError, OSError):
         return None
+
+
+def _cpu_flags() -> list[str]:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                flags = line.split(":", 1)[1].split()
+                return sorted(f for f in flags if f.startswith(("avx", "amx", "fma")) or "bf16" in f or "vnni" in f)
+    except OSError:
+        pass
+    return []
 
 
 def _cpu_name() -> str:

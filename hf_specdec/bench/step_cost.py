@@ -96,7 +96,7 @@ def corrector_ms(drafter, target, hidden, logits, reps: int, candidates: int) ->
     anchor = embed.weight[0]
 
     def correct():
-        scores = dcoco.correction_scores(hidden, logits, anchor, embed)
+        scores = dcoco.corrector_scores(hidden, logits, anchor, embed)
         prefix_first_walk(scores.first, scores.nxt).tolist()  # the walk's result is read, as in a real step
 
     return median_ms(correct, reps)

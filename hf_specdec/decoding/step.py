@@ -4,7 +4,7 @@ One step over the rows of a `SpeculativeBatch` (B rows, N_b draft nodes in row b
 row, S cached slots; a row's last committed token, its anchor, is not in the target's cache yet):
 
 1) draft: every unfinished row's candidate generator (its drafter kind's) drafts a tree under the anchor: an argmax
-   chain, a best-first tree, or exact-q draws; plus a prompt-lookup branch (docs/verification.md section 2);
+   chain, a best-first tree, or exact-q draws; plus a prompt-lookup branch (docs/verification.md section 1);
 2) feed: `[anchor, nodes]` per row, padded to n; positions = anchor position + depth; a (B, n, S + n) mask in which
    a node sees its row's valid cache slots, its ancestors and itself (none for one unpadded row's chain);
 3) verify: ONE target forward over (B, n), the drafter's tapped hidden states returned with the logits;

@@ -1,8 +1,7 @@
 """Model cards for published drafters: YAML metadata built with `ModelCardData`, text from a Jinja template.
 
-The template is `hub_cards/drafter.md.j2` in the repository. A source checkout or an editable install reads it
-there; an installed wheel reads `hf_specdec/hub/drafter.md.j2`, which in the repository is a symlink to the same
-file (so there is one template), copied into wheels as package data.
+The one template is `drafter.md.j2` next to this module (package data, so wheels ship it); the text that differs
+by drafter kind comes from the kind's registration (`KindCard`).
 
 The card records what a user needs to trust a drafter: the target it was trained for (`base_model`), usage for
 its kind, the measured tau / tokens per second / speedup from a `scripts/benchmark.py` benchmark.json, and the
@@ -38,15 +37,14 @@ def is_hub_id(name: str | None) -> bool:
 
 
 def template_path() -> Path:
-    """The card template: the repository's copy if this is a source checkout, else the packaged one."""
-    here = Path(__file__).resolve()
-    for candidate in (here.parents[2] / "hub_cards" / TEMPLATE, here.with_name(TEMPLATE)):
-        if candidate.is_file():
-            return candidate
-    raise FileNotFoundError(
-        f"model card template {TEMPLATE} not found in hub_cards/ or in the hf_specdec.hub package; reinstall "
-        "hf_specdec (its wheel ships the template as package data) or install it from a source checkout."
-    )
+    """The card template, shipped in the hf_specdec.hub package."""
+    path = Path(__file__).resolve().with_name(TEMPLATE)
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"model card template {TEMPLATE} not found in the hf_specdec.hub package; reinstall hf_specdec (its "
+            "wheel ships the template as package data) or install it from a source checkout."
+        )
+    return path
 
 
 def read_json(source: str | os.PathLike | dict | None) -> dict | None:

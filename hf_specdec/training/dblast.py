@@ -77,11 +77,11 @@ class MixtureTrainer(DrafterTrainer):
         vocab = self.head_weight.shape[0]
         self.to_draft = self.label_index if self.label_index is not None else torch.arange(vocab, device=self.device)
 
-    def sequence_loss(self, seq: TrainingSequence, generator: torch.Generator) -> tuple[torch.Tensor, int]:
+    def sequence_loss(self, seq: TrainingSequence, rng: torch.Generator) -> tuple[torch.Tensor, int]:
         drafter, K, dev = self.drafter, self.drafter.config.block_size, self.device
         T = seq.ids.shape[0]
         with torch.no_grad():
-            anchors, _, hidden = self.packed_pass(seq, generator)  # (n, K, H)
+            anchors, _, hidden = self.packed_pass(seq, rng)  # (n, K, H)
             unary = F.linear(hidden[:, 1:].to(self.head_weight.dtype), self.head_weight).float()  # (n, k, Vd)
         log_pi, offsets = drafter.mixture_head(hidden[:, 0], hidden[:, 1:])  # (n, R), (n, k, R, Vd)
         logq = torch.log_softmax((unary[:, :, None] + offsets.float()) / self.config.temperature, dim=-1)

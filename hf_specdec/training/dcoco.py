@@ -44,10 +44,10 @@ class CorrectorTrainer(DrafterTrainer):
         super().__init__(config, target, drafter, sequences)
         self.state.update(labelled_slots=0, slots_in_candidates=0)
 
-    def sequence_loss(self, seq: TrainingSequence, generator: torch.Generator) -> tuple[torch.Tensor, int]:
+    def sequence_loss(self, seq: TrainingSequence, rng: torch.Generator) -> tuple[torch.Tensor, int]:
         drafter, K, dev = self.drafter, self.drafter.config.block_size, self.device
         with torch.set_grad_enabled(self.config.joint):
-            anchors, packed, hidden = self.packed_pass(seq, generator)  # (n, K, H)
+            anchors, packed, hidden = self.packed_pass(seq, rng)  # (n, K, H)
             unary = F.linear(hidden[:, 1:].to(self.head_weight.dtype), self.head_weight)  # (n, K-1, Vd)
         n = len(anchors)
         Kc = min(self.config.corrector_candidates, unary.shape[-1])

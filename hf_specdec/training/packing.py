@@ -24,14 +24,14 @@ class PackedBlocks:
 
 
 def sample_anchors(
-    num_tokens: int, loss_start: int, block_size: int, num_anchors: int, generator: torch.Generator
+    num_tokens: int, loss_start: int, block_size: int, num_anchors: int, rng: torch.Generator
 ) -> torch.LongTensor:
     """(n,) sorted anchors a with a >= 1 (non-empty context), a + 1 >= loss_start and a + 1 < num_tokens."""
     low, high = max(1, loss_start - 1), num_tokens - 2
     if high < low:
         return torch.empty(0, dtype=torch.long)
     candidates = torch.arange(low, high + 1)
-    pick = torch.randperm(len(candidates), generator=generator)[:num_anchors]
+    pick = torch.randperm(len(candidates), generator=rng)[:num_anchors]
     return candidates[pick].sort().values
 
 

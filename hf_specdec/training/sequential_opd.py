@@ -28,13 +28,13 @@ class SequentialOPDTrainer(SpecOPDTrainer):
 
     objective = "sequential_opd"
 
-    def sequence_loss(self, seq: TrainingSequence, generator: torch.Generator) -> tuple[torch.Tensor, int]:
+    def sequence_loss(self, seq: TrainingSequence, rng: torch.Generator) -> tuple[torch.Tensor, int]:
         cfg, target, dev = self.config, self.target, self.device
         K, layers = self.drafter.config.block_size, self.drafter.config.target_layer_ids
         T = seq.ids.shape[0]
         cache_arg = "cache" if "cache" in inspect.signature(target.forward).parameters else "past_key_values"
         low = max(seq.loss_start, 2)
-        start = int(torch.randint(low, max(low + 1, T), (1,), generator=generator))
+        start = int(torch.randint(low, max(low + 1, T), (1,), generator=rng))
         cache = DynamicCache()
         with torch.no_grad(), self.timed("target_seconds"):  # prefill all but the last token (fed with the drafts)
             prefix = seq.ids[None, : start - 1].to(target.device)
@@ -53,7 +53,7 @@ class SequentialOPDTrainer(SpecOPDTrainer):
             ).last_hidden_state  # (1, K, H)
             logits = F.linear(hidden.to(self.head_weight.dtype), self.head_weight)  # (1, K, Vd)
             scores = self.policy.scores(hidden, logits, pending.to(dev))
-            tokens = self.policy.draw(scores, 1, generator).cpu()  # (1, 1, k) the greedy path
+            tokens = self.policy.draw(scores, 1, rng).cpu()  # (1, 1, k) the greedy path
             drafts = self.full_ids(tokens)[0, 0]  # (k,)
             # 2) verify: one target forward on the cache
             with torch.no_grad(), self.timed("target_seconds"):

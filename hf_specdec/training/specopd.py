@@ -84,20 +84,20 @@ class SpecOPDTrainer(DrafterTrainer):
         vocab = self.drafter.draft_vocab
         return tokens if vocab is None else vocab.to(tokens.device)[tokens]
 
-    def sequence_loss(self, seq: TrainingSequence, generator: torch.Generator) -> tuple[torch.Tensor, int]:
+    def sequence_loss(self, seq: TrainingSequence, rng: torch.Generator) -> tuple[torch.Tensor, int]:
         cfg, dev = self.config, self.device
         # 1) the drafter's pass over the trunk's anchors (gradients on)
-        anchors, packed, hidden = self.packed_pass(seq, generator)  # (n, K, H)
+        anchors, packed, hidden = self.packed_pass(seq, rng)  # (n, K, H)
         logits = F.linear(hidden.to(self.head_weight.dtype), self.head_weight)  # (n, K, Vd)
         labels = packed.labels.to(dev)
         if self.label_index is not None:
             labels = torch.where(labels == -100, labels, self.label_index[labels.clamp_min(0)])
         ce = dflash_decayed_cross_entropy(logits, labels, self.gamma)
         # 2) branches from the current policy at a random subset of the anchors
-        pick = torch.randperm(len(anchors), generator=generator)[: cfg.tree_anchors].sort().values
+        pick = torch.randperm(len(anchors), generator=rng)[: cfg.tree_anchors].sort().values
         tree_anchors = anchors[pick]
         scores = self.policy.scores(hidden[pick], logits[pick], seq.ids[tree_anchors])
-        tokens = self.policy.draw(scores, cfg.branches, generator).cpu()  # (n, M, k) draft-vocabulary indices
+        tokens = self.policy.draw(scores, cfg.branches, rng).cpu()  # (n, M, k) draft-vocabulary indices
         full = self.full_ids(tokens)
         # 3) one tree-masked target pass over [trunk | tries]
         trees = pack_proposal_trees(seq.ids, tree_anchors, full)

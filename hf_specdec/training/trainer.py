@@ -29,7 +29,7 @@ from .packing import pack_blocks, sample_anchors
 class DrafterTrainer:
     """Trains `drafter` against `target` on `sequences`; checkpoints every `save_every` steps and resumes exactly.
 
-    Each step's randomness (which sequences, which anchors) comes from a generator seeded with (seed, step), so a
+    Each step's randomness (which sequences, which anchors) comes from a torch.Generator seeded with (seed, step), so a
     run resumed from a checkpoint takes the same steps as one that never stopped.
 
     What `hf_specdec.training.run.run` asks of a trainer class: `build_drafter` (the drafter it trains), `for_run`
@@ -121,10 +121,10 @@ class DrafterTrainer:
         progress = (step - warm) / max(1, total - warm)
         return self.config.learning_rate * (0.1 + 0.45 * (1 + math.cos(math.pi * progress)))
 
-    def packed_pass(self, seq: TrainingSequence, generator: torch.Generator):
+    def packed_pass(self, seq: TrainingSequence, rng: torch.Generator):
         """Random anchors of one sequence, their packed blocks, and the drafter's (n, K, H) hidden states of them."""
         K, T = self.drafter.config.block_size, seq.ids.shape[0]
-        anchors = sample_anchors(T, seq.loss_start, K, self.config.anchors_per_sequence, generator)
+        anchors = sample_anchors(T, seq.loss_start, K, self.config.anchors_per_sequence, rng)
         dtype, dev = self.drafter.dtype, self.device
         packed = pack_blocks(
             seq.ids, anchors, K, self.drafter.config.mask_token_id, seq.loss_start, dtype, seq.next_tokens
@@ -138,9 +138,9 @@ class DrafterTrainer:
         ).last_hidden_state[0]  # (n*K, H)
         return anchors, packed, hidden.view(len(anchors), K, -1)
 
-    def sequence_loss(self, seq: TrainingSequence, generator: torch.Generator) -> tuple[torch.Tensor, int]:
+    def sequence_loss(self, seq: TrainingSequence, rng: torch.Generator) -> tuple[torch.Tensor, int]:
         """DFlash loss of one sequence's packed blocks, and how many labels it had."""
-        _, packed, hidden = self.packed_pass(seq, generator)
+        _, packed, hidden = self.packed_pass(seq, rng)
         logits = F.linear(hidden.to(self.head_weight.dtype), self.head_weight)  # (n, K, Vd)
         labels = packed.labels.to(self.device)
         if self.label_index is not None:
@@ -148,15 +148,15 @@ class DrafterTrainer:
         loss = dflash_decayed_cross_entropy(logits, labels, self.gamma)
         return loss, int((labels != -100).sum())
 
-    def pick_generator(self, step: int, position: int) -> torch.Generator:
+    def pick_rng(self, step: int, position: int) -> torch.Generator:
         """The randomness of the step's `position`-th sequence: the same in any process layout."""
         return torch.Generator().manual_seed((self.config.seed * 1_000_003 + step) * 1009 + position)
 
     def step_picks(self, step: int) -> list[int]:
         """Indices of the step's sequences, all processes together (batch_size per process)."""
-        generator = torch.Generator().manual_seed(self.config.seed * 1_000_003 + step)
+        rng = torch.Generator().manual_seed(self.config.seed * 1_000_003 + step)
         total = self.config.batch_size * self.processes.num_processes
-        return torch.randint(len(self.sequences), (total,), generator=generator).tolist()
+        return torch.randint(len(self.sequences), (total,), generator=rng).tolist()
 
     def train_step(self) -> float:
         step = self.state["step"]
@@ -229,9 +229,9 @@ class StepLoss(nn.Module):
         """Mean loss over this process's sequences (DDP's gradient average then gives the global batch mean)."""
         trainer, total, labelled = self.trainer, 0.0, 0
         for position in positions:
-            generator = trainer.pick_generator(step, position)
+            rng = trainer.pick_rng(step, position)
             with torch.autocast(trainer.device.type, dtype=torch.bfloat16, enabled=trainer.autocast):
-                loss, count = trainer.sequence_loss(trainer.sequences[picks[position]], generator)
+                loss, count = trainer.sequence_loss(trainer.sequences[picks[position]], rng)
             total = total + loss / len(positions)
             labelled += count
         return total, labelled

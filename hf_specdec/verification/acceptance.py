@@ -4,9 +4,9 @@ Greedy: follow the target's argmax from the root while a child carries it; the f
 child is the bonus token. Output equals greedy decoding exactly.
 
 Sampling: multi-draft speculative sampling (Leviathan et al. 2023, Algorithm 1, extended to several children
-per node as in SpecInfer, Miao et al. 2024, "multi-step speculative sampling"). At a node with target
-distribution p, its children are tried in order; child x drawn from q is accepted with probability
-min(1, p(x) / q(x)); after a rejection p becomes the residual norm(max(0, p - q)). The walk descends into an
+per node as in SpecInfer, Miao et al. 2023, arXiv 2305.09781; docs/verification.md sections 5-7). At a node with
+target distribution p, its children are tried in order; child x drawn from q is accepted with probability
+min(1, p(x) / q(x)); after a rejection p becomes the residual norm(max(0, p - q)). Acceptance descends into an
 accepted child; when no child is accepted, the emitted token is drawn from the current p. Each child must be
 an independent draw from its own q given the path (i.i.d. siblings from one q, or a deterministic candidate
 whose q is one-hot); then every emitted token is distributed exactly as under plain sampling from p.
@@ -52,7 +52,7 @@ def greedy_acceptance(tree: DraftTree, target_argmax: list[int]) -> tuple[list[i
 
 
 def speculative_sampling(
-    tree: DraftTree, p_rows: torch.Tensor, generator: torch.Generator | None = None
+    tree: DraftTree, p_rows: torch.Tensor, rng: torch.Generator | None = None
 ) -> tuple[list[int], int]:
     """Multi-draft speculative sampling down the tree.
 
@@ -70,13 +70,13 @@ def speculative_sampling(
             x = tree.tokens[c]
             q = tree.q[tree.q_of[c]] if tree.q_of[c] >= 0 else None  # (V,) or one-hot
             qx = q[x] if q is not None else torch.ones((), device=p.device)
-            u = torch.rand((), device=p.device, generator=generator)
+            u = torch.rand((), device=p.device, generator=rng)
             if bool(u * qx < p[x]):  # accept with probability min(1, p(x) / q(x))
                 accepted = c
                 break
             p = residual_distribution(p, q) if q is not None else one_hot_residual(p, x)
         if accepted is None:
-            return path, int(torch.multinomial(p, 1, generator=generator))
+            return path, int(torch.multinomial(p, 1, generator=rng))
         path.append(accepted)
         row = accepted + 1
 

@@ -13,23 +13,23 @@ from transformers import LogitsProcessorList
 from ...verification.processed import call_temperature
 from ...verification.tree import DraftTree, conditional_best_first_tree
 from ..block_drafter.generation_block_drafter import BlockDraftCandidateGenerator
-from .modeling_dcoco import CorrectionScores
+from .modeling_dcoco import CorrectorScores
 from .walk import conditional_log_probs, prefix_first_walk, sampled_walk
 
 
 class DCOCOCandidateGenerator(BlockDraftCandidateGenerator):
-    def correction_scores(self, input_ids: torch.LongTensor, k: int) -> CorrectionScores:
+    def corrector_scores(self, input_ids: torch.LongTensor, k: int) -> CorrectorScores:
         hidden, unary = self.draft_scores(input_ids, k)  # (k + 1, H), (k, Vd)
         anchor = self.embed(input_ids[0, -1:].to(self.embed.weight.device))[0]  # (H,)
-        return self.drafter.correction_scores(hidden, unary, anchor, self.embed)
+        return self.drafter.corrector_scores(hidden, unary, anchor, self.embed)
 
     def propose(self, input_ids: torch.LongTensor, k: int):
-        scores = self.correction_scores(input_ids, k)
+        scores = self.corrector_scores(input_ids, k)
         picks = prefix_first_walk(scores.first, scores.nxt)  # (k,)
         return scores.ids.gather(1, picks[:, None]).T.to(input_ids.device), None  # (1, k)
 
     def greedy_tree(self, input_ids: torch.LongTensor, k: int, budget: int, topk: int) -> DraftTree:
-        scores = self.correction_scores(input_ids, k)
+        scores = self.corrector_scores(input_ids, k)
         if not budget:
             picks = prefix_first_walk(scores.first, scores.nxt)
             tree = DraftTree()
@@ -50,7 +50,7 @@ class DCOCOCandidateGenerator(BlockDraftCandidateGenerator):
     def sampled_tree(
         self, input_ids: torch.LongTensor, k: int, branches: int, logits_processor: LogitsProcessorList | None
     ) -> DraftTree:
-        scores = self.correction_scores(input_ids, k)
+        scores = self.corrector_scores(input_ids, k)
         draws, q_cand = sampled_walk(scores.first, scores.nxt, call_temperature(logits_processor), branches)
         q = q_cand.new_zeros(k, self.vocab_size).scatter_(1, scores.ids, q_cand)  # (k, V) zero off the candidates
         return DraftTree.sampled_chain(scores.ids.gather(1, draws).tolist(), q.to(input_ids.device))

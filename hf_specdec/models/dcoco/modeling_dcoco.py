@@ -27,7 +27,7 @@ from .configuration_dcoco import DCOCOConfig
 
 
 @dataclass
-class CorrectionScores:
+class CorrectorScores:
     """Candidates and transition scores of one drafted block."""
 
     ids: torch.LongTensor  # (k, K) candidate token ids per slot (full-vocabulary ids)
@@ -92,9 +92,9 @@ class DCOCODrafter(BlockDrafter):
         """A DCOCO drafter with `drafter`'s weights as its backbone and a fresh corrector."""
         return cls.with_backbone(drafter, "corrector.", **corrector_kwargs)
 
-    def correction_scores(
+    def corrector_scores(
         self, hidden: torch.Tensor, unary: torch.Tensor, anchor_embed: torch.Tensor, embed: nn.Module
-    ) -> CorrectionScores:
+    ) -> CorrectorScores:
         """Candidates and transition scores of one block.
 
         Args:
@@ -114,9 +114,9 @@ class DCOCODrafter(BlockDrafter):
         pairs = self.corrector.pair_states(hidden)  # (k, p)
         first = logq[0] + self.corrector.transitions(anchor, cand[:1], pairs[:1])[0, 0].float()  # (K,)
         if k == 1:
-            return CorrectionScores(ids, first, logq.new_zeros(0, K, K))
+            return CorrectorScores(ids, first, logq.new_zeros(0, K, K))
         trans = self.corrector.transitions(cand[:-1], cand[1:], pairs[1:]).float()  # (k - 1, K, K)
-        return CorrectionScores(ids, first, logq[1:, None, :] + trans)
+        return CorrectorScores(ids, first, logq[1:, None, :] + trans)
 
 
-__all__ = ["ContextualCorrector", "CorrectionScores", "DCOCODrafter"]
+__all__ = ["ContextualCorrector", "CorrectorScores", "DCOCODrafter"]

@@ -22,7 +22,7 @@ class DCOCOPolicy(BlockPolicy):
         out = []
         anchor_embeds = self.embed(anchor_ids.to(self.embed.weight.device))  # (n, H)
         for i in range(hidden.shape[0]):
-            s = self.drafter.correction_scores(hidden[i], logits[i, 1:], anchor_embeds[i], self.embed)
+            s = self.drafter.corrector_scores(hidden[i], logits[i, 1:], anchor_embeds[i], self.embed)
             out.append((self.to_draft[s.ids], s.first, s.nxt))
         return out
 

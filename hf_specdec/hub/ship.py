@@ -1,0 +1,172 @@
+"""Ship a trained drafter into the repository: drafters/NAME/{config.json, model.safetensors, TRAINING.md, loss.png}
+copied from a training run (bf16 safetensors), with a record of how it was made, and optionally published.
+
+This is what `scripts/ship_drafter.py` runs. The source is the run's finished drafter (run/drafter) or, when
+training was stopped early, its last checkpoint (run/checkpoint); the figures in TRAINING.md (steps, training
+time, data and supervised tokens, first and last losses) come from run/checkpoint/trainer_state.json and the
+run's cached data (run/data), so the record describes exactly the weights shipped. Checkpoints over 64 MiB are
+refused (the repository keeps drafters small). With `push_to_hub` the folder then goes up with a model card in one
+commit (`publish_drafter`), and the card carries the same figures as TRAINING.md.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import torch
+
+from ..models.block_drafter import BlockDrafter
+from .publish import publish_drafter, resolve_target
+
+LIMIT = 64 * 2**20  # bytes of model.safetensors a shipped drafter may take
+
+
+def data_tokens(folder: Path) -> int:
+    """Tokens in a run's cached training sequences (reads only the id tensors)."""
+    from safetensors import safe_open
+
+    total = 0
+    for shard in folder.glob("*.safetensors"):
+        with safe_open(str(shard), "pt") as f:
+            total += sum(f.get_slice(k).get_shape()[0] for k in f.keys() if k.endswith(".ids"))
+    return total
+
+
+def smoothed(values: list[float], width: int = 20) -> list[float]:
+    """Trailing mean over the last `width` values at each point, so the plot shows the trend under step noise."""
+    out, acc = [], []
+    for v in values:
+        acc = (acc + [v])[-width:]
+        out.append(sum(acc) / len(acc))
+    return out
+
+
+def write_plot(losses: list[list[float]], path: Path) -> bool:
+    """Plot (step, loss) pairs and their 20-step mean to `path`; False when matplotlib is not installed."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    steps, values = [s for s, _ in losses], [v for _, v in losses]
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot(steps, values, alpha=0.3, label="loss")
+    ax.plot(steps, smoothed(values), label="20-step mean")
+    ax.set_xlabel("step")
+    ax.set_ylabel("position-decayed CE")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return True
+
+
+def training_log(state: dict, data: dict, tokens: int) -> dict:
+    """The run's figures, from its trainer state and data index: what TRAINING.md reports and the card shows."""
+    return {
+        "steps": state["step"],
+        "train_seconds": state["elapsed_s"],
+        "supervised_tokens": state["supervised_tokens"],
+        "losses": state["losses"],
+        "sequences": data["sequences"],
+        "sequence_tokens": tokens,
+    }
+
+
+def training_record(name: str, command: str, source: Path, log: dict, drafter: BlockDrafter, size: int) -> str:
+    """TRAINING.md's text (without the plot): the command that reproduces the drafter and the run's figures."""
+    cfg = drafter.config
+    head = [v for _, v in log["losses"][:20]]
+    tail = [v for _, v in log["losses"][-20:]]
+    return (
+        f"# {name} drafter\n\n"
+        f"Reproduce:\n\n```bash\n{command}\n```\n\n"
+        f"- source: `{source.name}` of the run after {log['steps']} optimizer steps "
+        f"({log['train_seconds'] / 60:.1f} min of training steps)\n"
+        f"- data: {log['sequences']} sequences, {log['sequence_tokens']:,} tokens; "
+        f"{log['supervised_tokens']:,} supervised block tokens seen\n"
+        f"- drafter: {cfg.num_hidden_layers} layer(s), block {cfg.block_size}, taps {cfg.target_layer_ids}, "
+        f"draft vocabulary {cfg.draft_vocab_size}, {size / 2**20:.1f} MiB bf16\n"
+        f"- loss (position-decayed CE): first 20 steps {sum(head) / len(head):.3f}, "
+        f"last 20 steps {sum(tail) / len(tail):.3f}\n"
+    )
+
+
+def save_drafter(drafter: BlockDrafter, out: Path, decoding: dict | None) -> int:
+    """Replace `out` with `drafter` and return the bytes of its weights; ValueError (and `out` removed) over LIMIT.
+
+    The decode-time default is `decoding` if given, else the one the replaced drafter had: a measured default
+    survives retraining.
+    """
+    previous = out / "config.json"
+    if decoding is not None:
+        drafter.decoding = decoding
+    elif previous.exists() and json.loads(previous.read_text()).get("decoding"):
+        drafter.decoding = json.loads(previous.read_text())["decoding"]
+    shutil.rmtree(out, ignore_errors=True)
+    drafter.save_pretrained(out)
+    size = (out / "model.safetensors").stat().st_size
+    if size > LIMIT:
+        shutil.rmtree(out)
+        raise ValueError(f"{size / 2**20:.1f} MiB is over the 64 MiB limit; train a smaller drafter")
+    return size
+
+
+def ship_drafter(
+    run: str | Path,
+    name: str,
+    command: str,
+    *,
+    decoding: dict | None = None,
+    push_to_hub: str | None = None,
+    target_id: str | None = None,
+    target_revision: str | None = None,
+    benchmark_json: str | Path | None = None,
+    drafters_dir: str | Path = "drafters",
+) -> Path:
+    """Copy the drafter of the training run `run` to `drafters_dir`/`name` in bf16 with TRAINING.md (recording
+    `command` and the run's figures) and loss.png (if matplotlib is installed); return that folder.
+
+    Args:
+        run: output_dir of a training run (scripts/train_drafter.py): drafter/ or checkpoint/, data/.
+        decoding: decode-time default saved with the drafter (DecodingSettings fields); default: the replaced one's.
+        push_to_hub: also publish the folder to this Hub repo with a model card (`publish_drafter`).
+        target_id, target_revision, benchmark_json: for the card, see `publish_drafter`.
+
+    Raises:
+        ValueError: the weights are over 64 MiB, or `push_to_hub` is set and the target's Hub id is unknown (checked
+            before `drafters_dir`/`name` is replaced).
+    """
+    run = Path(run)
+    source = run / "drafter" if (run / "drafter" / "config.json").exists() else run / "checkpoint"
+    state = json.loads((run / "checkpoint" / "trainer_state.json").read_text())
+    data = json.loads((run / "data" / "index.json").read_text())
+    drafter = BlockDrafter.from_pretrained(source, dtype=torch.bfloat16)
+    if push_to_hub:  # refuse before replacing the folder if the card could not name the target
+        resolve_target(drafter.config.to_dict(), target_id)
+    out = Path(drafters_dir) / name
+    size = save_drafter(drafter, out, decoding)
+    log = training_log(state, data, data_tokens(run / "data"))
+    plotted = write_plot(log["losses"], out / "loss.png")
+    record = training_record(name, command, source, log, drafter, size)
+    (out / "TRAINING.md").write_text(record + ("\n![loss](loss.png)\n" if plotted else ""))
+    print(f"wrote {out} ({size / 2**20:.1f} MiB)")
+    if push_to_hub:
+        sha = publish_drafter(
+            out,
+            push_to_hub,
+            target_id=target_id,
+            target_revision=target_revision,
+            benchmark_json=benchmark_json,
+            training_log=log,
+            recipe=command,
+        )
+        print(f"published {out} to {push_to_hub} at revision {sha}")
+    return out
+
+
+__all__ = ["LIMIT", "data_tokens", "ship_drafter", "smoothed", "training_log", "training_record", "write_plot"]

@@ -1,0 +1,91 @@
+"""Export a saved drafter to the published DFlash layout and prove the export: the folder must read back as the
+same drafter. This is what `scripts/export_drafter.py` runs.
+
+`export_dflash` (dflash_format.py) writes the layout; this module adds what a user exporting a checkpoint folder
+needs around it: refusing what is not a block drafter (a target model, an unrelated checkpoint) before anything is
+written, refusing a non-empty output folder (old files would mix with the export), loading the target when the
+drafter scores a reduced draft vocabulary (the export ships those rows of the target's LM head), and reloading the
+export to check that block size, mask, taps, draft vocabulary and backbone weights all survived.
+
+Drafters load through the kind registry, like `hf_specdec.load_drafter` (which sits above the drafter kinds and
+cannot be imported from here): a DCOCO or DBLAST checkpoint loads as its own kind and only its block backbone is
+exported (`dflash_state_dict` warns); a DFlash checkpoint loads as a `BlockDrafter`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM
+
+from ..registry import kind_for_model_type
+from .configuration_block_drafter import BlockDrafterConfig
+from .dflash_format import export_dflash, is_dflash_config
+from .modeling_block_drafter import BlockDrafter
+
+
+def load_block_drafter(path: str | os.PathLike) -> BlockDrafter:
+    """The drafter at `path` (ours, DCOCO, DBLAST or a DFlash checkpoint); anything else is a ValueError.
+
+    Checking the config first turns "this is a target model" into a clear refusal instead of a from_pretrained
+    error about missing drafter weights.
+    """
+    try:
+        config = AutoConfig.from_pretrained(path)
+    except (OSError, ValueError) as err:
+        raise ValueError(f"cannot read a drafter config at {path}: {err}") from err
+    if not isinstance(config, BlockDrafterConfig) and not is_dflash_config(config.to_dict()):
+        raise ValueError(
+            f"{path} is not a block drafter (its config says model_type {config.model_type!r}); "
+            "export_drafter.py exports hf_specdec drafters (block, DCOCO, DBLAST) and DFlash checkpoints."
+        )
+    kind = kind_for_model_type(config.model_type)  # None for a DFlash checkpoint: BlockDrafter converts it
+    return (kind.model_class if kind else BlockDrafter).from_pretrained(path).eval()
+
+
+def same_drafter(a: BlockDrafter, b: BlockDrafter) -> bool:
+    """Same block size, mask, taps, draft vocabulary and backbone weights (b may lack a's DCOCO/DBLAST head)."""
+    keys = ("block_size", "mask_token_id", "target_layer_ids", "draft_vocab_size")
+    if any(getattr(a.config, k) != getattr(b.config, k) for k in keys):
+        return False
+    ours, theirs = a.state_dict(), b.state_dict()
+    return set(theirs) <= set(ours) and all(torch.equal(ours[name], t) for name, t in theirs.items())
+
+
+def export_and_check(
+    drafter_path: str | os.PathLike, output: str | os.PathLike, target_path: str | os.PathLike | None = None
+) -> Path:
+    """Export the drafter at `drafter_path` to the new (or empty) folder `output`, check the round trip, print a
+    one-line summary with the serving flags (vLLM num_speculative_tokens, SGLang draft tokens), return `output`.
+
+    `target_path` (a target model folder or Hub id) is needed when the drafter scores a reduced draft vocabulary.
+    Raises ValueError for a non-empty output, a checkpoint that is not a block drafter, a missing target, and an
+    export that does not load back as the same drafter.
+    """
+    out = Path(output)
+    if out.exists() and any(out.iterdir()):
+        raise ValueError(f"{out} is not empty; choose a new folder (old files would mix with the export)")
+    drafter = load_block_drafter(drafter_path)
+    target = None
+    if target_path is not None:
+        target = AutoModelForCausalLM.from_pretrained(target_path, dtype=drafter.dtype).eval()
+    elif drafter.config.draft_vocab_size is not None:
+        raise ValueError(
+            f"this drafter scores a {drafter.config.draft_vocab_size}-token draft vocabulary; pass --target PATH so "
+            "the export can include those rows of the target's LM head (vLLM needs them)."
+        )
+    export_dflash(drafter, out, target=target)
+    if not same_drafter(drafter, BlockDrafter.from_pretrained(out)):
+        raise ValueError(f"{out} does not load back as the same drafter; please report this as a bug")
+    cfg = drafter.config
+    print(
+        f"wrote {out}: DFlash layout, block {cfg.block_size} (vLLM num_speculative_tokens {cfg.block_size - 1}, "
+        f"SGLang --speculative-num-draft-tokens {cfg.block_size}), taps {cfg.target_layer_ids}, "
+        f"mask id {cfg.mask_token_id}, draft vocabulary {cfg.draft_vocab_size or 'full'}"
+    )
+    return out
+
+
+__all__ = ["export_and_check", "load_block_drafter", "same_drafter"]
