@@ -2,17 +2,7 @@
 
     python scripts/step_cost.py --target PATH [--block-sizes 4 8 16] [--dtype bfloat16] [--out results/step_cost.json]
 
-For each block size K it times (median of --reps runs, after a warm-up):
-  plain decode   one target forward of 1 token with a KV cache (what plain greedy pays per token)
-  verify         one target forward of K tokens with the drafter's tapped hidden states
-  drafter        one drafter pass over [anchor, MASK x (K-1)] with new context rows
-  drafter head   the target LM head on the K-1 draft rows, 2-D input (our path)
-  corrector      DCOCO: top-K candidates of those rows, transition scores and the prefix-first walk
-                 (`corrector_share` = corrector / (drafter + drafter head + corrector))
-  slow head      the same head, frozen, on a 3-D slice `h[:, 1:]` without hf_specdec's fix (torch CPU bf16 slow path)
-  step           a whole step inside `generate(assistant_model=...)`, measured end to end
-  bookkeeping    step - verify - drafter - drafter head
-
+What each column times is listed in hf_specdec/bench/step_cost.py's docstring (and in --help).
 The measurements are hf_specdec.bench.step_cost; this script parses arguments.
 """
 
@@ -20,11 +10,13 @@ from __future__ import annotations
 
 import argparse
 
+from hf_specdec.bench import step_cost
 from hf_specdec.bench.step_cost import run
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    description = __doc__ + "\n" + step_cost.__doc__
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--target", required=True)
     parser.add_argument("--block-sizes", type=int, nargs="+", default=[4, 8, 16])
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
