@@ -2,10 +2,11 @@
 
 Imports nothing but torch, transformers and hf_specdec's public API (no other module of this package), so
 `scripts/step_time.py --library OTHER_CHECKOUT` loads this file on its own and times another version of the
-library with the same code. Greedy: every version does identical work (the same
-tokens, the same number of target forwards), so `ms_per_step` = best `generate()` seconds / target forwards
-compares their loops directly. Settings timed: a best-first tree of 8 plus a 10-token lookup branch and a tree of 4
-(one sequence, hf_specdec's loop) and an argmax chain for 2 identical rows (the batched path).
+library with the same code. Greedy: every version does identical work (the same tokens, the same number of target
+forwards), so `ms_per_step` = best `generate()` seconds / target forwards compares their loops directly, and
+`outside_target_ms_per_step` isolates what the loop itself adds (the target's forwards, the noisy bulk on a CPU,
+excluded). Settings timed: a best-first tree of 8 plus a 10-token lookup branch and a tree of 4 (one sequence,
+hf_specdec's loop) and an argmax chain for 2 identical rows (the batched path).
 """
 
 from __future__ import annotations
@@ -56,21 +57,39 @@ def real_pair(target_path: str, drafter_path: str) -> tuple[torch.nn.Module, Blo
 
 
 def time_setting(target, drafter, prompt, new_tokens: int, settings: DecodingSettings, rows: int, reps: int) -> dict:
-    """Best of `reps` greedy `generate()` calls (after one warm-up) per target forward."""
+    """Best of `reps` greedy `generate()` calls (after one warm-up), per target forward: the whole step, and the
+    part outside the target's forwards (drafter, trees, acceptance, cache bookkeeping: what the loop adds)."""
     drafter.decoding = settings
     ids = prompt.repeat(rows, 1)
     kwargs = {"max_new_tokens": new_tokens, "do_sample": False, "assistant_model": drafter}
     if rows > 1:
         kwargs["attention_mask"] = torch.ones_like(ids)
     target.generate(ids, **kwargs)
-    best = float("inf")
-    for _ in range(reps):
-        start = time.perf_counter()
-        out = target.generate(ids, **kwargs)
-        best = min(best, time.perf_counter() - start)
+    inside = [0.0, 0.0]  # [start of the forward in flight, seconds inside target forwards]
+    hooks = [
+        target.register_forward_pre_hook(lambda *_: inside.__setitem__(0, time.perf_counter())),
+        target.register_forward_hook(lambda *_: inside.__setitem__(1, inside[1] + time.perf_counter() - inside[0])),
+    ]
+    best, best_outside = float("inf"), float("inf")
+    try:
+        for _ in range(reps):
+            inside[1] = 0.0
+            start = time.perf_counter()
+            out = target.generate(ids, **kwargs)
+            seconds = time.perf_counter() - start
+            best, best_outside = min(best, seconds), min(best_outside, seconds - inside[1])
+    finally:
+        for hook in hooks:
+            hook.remove()
     stats = drafter.last_acceptance_stats
     steps = stats.target_forwards if rows == 1 else stats.verify_forwards // rows + 1
-    return {"ms_per_step": 1000 * best / steps, "steps": steps, "tau": stats.tau, "first_tokens": out[0, -8:].tolist()}
+    return {
+        "ms_per_step": 1000 * best / steps,
+        "outside_target_ms_per_step": 1000 * best_outside / steps,
+        "steps": steps,
+        "tau": stats.tau,
+        "last_tokens": out[0, -8:].tolist(),
+    }
 
 
 def machine() -> dict:
