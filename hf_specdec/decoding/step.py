@@ -8,12 +8,13 @@ row, S cached slots; a row's last committed token, its anchor, is not in the tar
 2) feed: `[anchor, nodes]` per row, padded to n; positions = anchor position + depth; a (B, n, S + n) mask in which
    a node sees its row's valid cache slots, its ancestors and itself (none for one unpadded row's chain);
 3) verify: ONE target forward over (B, n), the drafter's tapped hidden states returned with the logits;
-4) accept: per row, the target's rows processed as plain `generate` processes them (p), then the greedy acceptance
-   walk or multi-draft speculative sampling with the exact q every node was drawn from (docs/verification.md
+4) accept: per row, the target's rows processed as plain `generate` processes them (p), then greedy acceptance
+   or multi-draft speculative sampling with the exact q every node was drawn from (docs/verification.md
    sections 4-6);
 5) commit: accepted drafts + one target token, cut where plain `generate` stops (max_length, EOS, criteria);
 6) keep: each row's drafter gets the tapped features of its committed rows; the target's cache keeps the prefix
-   and the committed rows only (a crop for one row's chain, else a gather that re-aligns the rows).
+   and the committed rows only (a crop when one row keeps a prefix of its fed slots, else a gather that
+   re-aligns the rows).
 
 Host syncs per step and row: the tree's token ids (drafter top-k or draws) and the acceptance decisions (greedy:
 the target's argmax rows, once; sampling: one per child tried). No loop touches the vocabulary dimension.

@@ -3,7 +3,7 @@
 `registry.py` is the one table of kinds; importing this package registers the three built-in kinds
 (`block_drafter`, `dcoco`, `dblast`). Shared pieces: decode-time settings saved with a drafter (`settings.py`),
 what a drafter reads from its target (`target_features.py`), loading any drafter by its checkpoint
-(`loading.py`, `adapter.py`), and the LM-head stride fix (`lm_head_strides.py`).
+(`loading.py`, LoRA adapter folders included), and the LM-head stride fix (`lm_head_strides.py`).
 """
 
 from . import block_drafter, dblast, dcoco  # noqa: F401  (each registers its kind)
