@@ -3,7 +3,7 @@
     python tests/hub_server.py --host 127.0.0.1 --port 0 --data DIR [--token X]   # first stdout line: PORT=<n>
 
 It speaks the part of the Hub protocol that `huggingface_hub` 2.x uses to create a repo, commit files and
-download them again (see /work/shared/docs/local_hub.md): repo creation (409 when it exists), model info with
+download them again: repo creation (409 when it exists), model info with
 `sha`, `siblings` and `cardData`, tree, refs, commits, branches, tags, preupload (every file "regular", with the
 current git-blob oid so unchanged files are skipped), the NDJSON commit (412 when `parentCommit` is stale),
 validate-yaml, paths-info, resolve (with `X-Repo-Commit`, `ETag`, `Content-Length` and `Range`), whoami-v2 and

@@ -3,7 +3,7 @@
 The config is saved with the weights. Besides the drafter's own shape it records the identity of the target
 the drafter was built for (model type, hidden size, layer count, vocab size and, when known, name and
 revision), so that a drafter paired with the wrong target fails with a clear error instead of silently
-drafting garbage (see `hf_specdec.drafting.target_features.check_drafter_matches_target`).
+drafting garbage (see `hf_specdec.models.target_features.check_drafter_matches_target`).
 """
 
 from __future__ import annotations
