@@ -2,10 +2,10 @@
 z-lab's checkpoints have and that vLLM's and SGLang's DFlash loaders read, and `load_drafter` reads it back into
 a drafter with identical outputs: same hidden states, logits and drafts, same `generate()` output and acceptance.
 
-Names the serving stacks read (sources in `hf_specdec/models/block_drafter/dflash_format.py`): vLLM `DFlashQwen3Model` loads
-`fc`, `hidden_norm`, `norm` and `layers.N.{self_attn.{q,k,v,o}_proj, self_attn.{q,k}_norm, mlp.{gate,up,down}_proj,
-input_layernorm, post_attention_layernorm}` (prefixing `model.`), plus `d2t` and `lm_head` for a reduced vocabulary
-(`t2d` skipped); SGLang `DFlashDraftModel` loads the same backbone names and ignores the rest.
+Names the serving stacks read (sources in `hf_specdec/models/block_drafter/dflash_format.py`): vLLM
+`DFlashQwen3Model` loads `fc`, `hidden_norm`, `norm` and `layers.N.{self_attn.{q,k,v,o}_proj, self_attn.{q,k}_norm,
+mlp.{gate,up,down}_proj, input_layernorm, post_attention_layernorm}` (prefixing `model.`), plus `d2t` and `lm_head`
+for a reduced vocabulary (`t2d` skipped); SGLang `DFlashDraftModel` loads the same backbone names and ignores the rest.
 """
 
 from __future__ import annotations
