@@ -157,7 +157,7 @@ def _pit(trees, transform=None):
             if row < 0:
                 continue
             below = q[row, :token].sum()
-            values.append(float(below + torch.rand((), rng=g) * q[row, token]))
+            values.append(float(below + torch.rand((), generator=g) * q[row, token]))
     return torch.tensor(values)
 
 
