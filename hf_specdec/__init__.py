@@ -15,6 +15,7 @@ C context rows, N tree nodes, V vocab, H hidden, L tapped target layers; p is th
 
 from .decoding import transformers_seam
 from .decoding.server import Request, SpeculativeServer
+from .decoding.step_cost import cost_model
 from .hub import publish_drafter, render_card
 from .models.block_drafter import BlockDraftCandidateGenerator, BlockDrafter, BlockDrafterConfig, build_target_layer_ids
 from .models.dblast import DBLASTCandidateGenerator, DBLASTConfig, DBLASTDrafter
@@ -44,6 +45,7 @@ __all__ = [
     "DrafterKind",
     "KindCard",
     "build_target_layer_ids",
+    "cost_model",
     "fix_lm_head_strides",
     "load_drafter",
     "publish_drafter",

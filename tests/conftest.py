@@ -9,6 +9,7 @@ none, or exactly `corrupt_at` of them.
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import torch
@@ -16,6 +17,9 @@ from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCau
 
 import hf_specdec
 from hf_specdec import BlockDraftCandidateGenerator, BlockDrafter, DCOCOCandidateGenerator, DCOCODrafter
+
+# Measured step-cost curves stay in this process (tests never write ~/.cache); test_budget sets its own curves.
+os.environ["HF_SPECDEC_CACHE"] = ""
 
 VOCAB = 256
 MASK_ID = VOCAB - 1

@@ -32,7 +32,13 @@ CASES = {
     "argmax tree": (DecodingSettings(sampled_drafts="argmax", tree_budget=4, tree_topk=2), 1.0, None),
     "dcoco walk": (DecodingSettings(sample_branches=2), 1.0, None),  # q restricted to 4 of the 8 tokens
     "dblast mixture": (DecodingSettings(sample_branches=2), 0.8, None),  # dependent positions, posterior q
+    # the adaptive budget: sizes change from step to step (plain steps included), the distribution must not
+    "adaptive budget": (DecodingSettings(budget="auto", sample_branches=2, prompt_lookup_tokens=2), 0.7, 5),
+    "adaptive, plain steps": (DecodingSettings(budget="auto", sample_branches=2), 1.0, None),
 }
+# step-cost curves (seconds per fed token count) pinned for the adaptive cases: verifying free (drafts every step),
+# or dear (a drafted step does not pay: the budget verifies nothing, then takes plain steps)
+CURVES = {"adaptive budget": lambda n: 1.0, "adaptive, plain steps": lambda n: 1.0 + 0.9 * (n - 1)}
 
 
 class WrongQGenerator(BlockDraftCandidateGenerator):
@@ -85,6 +91,8 @@ def run_case(name, drafter_cls=BlockDrafter):
         drafter = DBLASTDrafter.from_block_drafter(drafter, mixture_components=3, mixture_rank=4).eval()
         torch.nn.init.normal_(drafter.mixture_head.up.weight, std=2.0)  # components that differ
     drafter.decoding = settings
+    if name in CURVES:
+        hf_specdec.cost_model(target).pin({n: CURVES[name](n) for n in range(1, 65)})
     trees = []
     walk = step.speculative_sampling
 
@@ -111,6 +119,7 @@ def run_case(name, drafter_cls=BlockDrafter):
             counts[a, b] += 1
     finally:
         step.speculative_sampling = walk
+        hf_specdec.cost_model(target).reset()
     return counts, exact_joint(target, temperature, top_k), trees
 
 
@@ -136,8 +145,11 @@ def excesses(counts, exact):
 def test_new_tokens_are_distributed_exactly_as_plain_sampling(name):
     counts, exact, trees = cached_run(name)
     assert max(excesses(counts, exact)) <= 1.0, excesses(counts, exact)
-    accepted = sum(1 for t in trees if len(t))
-    assert accepted > DRAWS // 2  # drafts were really verified, not skipped
+    drafted = sum(1 for t in trees if len(t))
+    if name == "adaptive, plain steps":
+        assert len(trees) - drafted > DRAWS // 2  # most steps verified no draft
+    else:
+        assert drafted > DRAWS // 2  # drafts were really verified, not skipped
 
 
 def test_q_handed_to_acceptance_at_another_temperature_is_caught():
@@ -161,7 +173,7 @@ def _pit(trees, transform=None):
     return torch.tensor(values)
 
 
-@pytest.mark.parametrize("name", ["chain", "siblings+lookup top-k", "dcoco walk", "dblast mixture"])
+@pytest.mark.parametrize("name", ["chain", "siblings+lookup top-k", "dcoco walk", "dblast mixture", "adaptive budget"])
 def test_q_handed_to_acceptance_is_the_distribution_drafts_were_drawn_from(name):
     _, _, trees = cached_run(name)
     values = _pit(trees)

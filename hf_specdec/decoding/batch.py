@@ -25,6 +25,9 @@ from ..models.registry import generator_class_for
 from ..models.settings import DecodingSettings
 from ..models.target_features import tapped_features
 from ..verification.processed import probabilities, process_rows, row_processors
+from .acceptance_model import acceptance_model_of
+from .budget import Budget
+from .step_cost import cost_model
 
 
 @dataclass
@@ -63,6 +66,8 @@ class SpeculativeBatch:
         self.do_sample = bool(generation_config.do_sample)
         self.exact_q = self.do_sample and self.settings.sampled_drafts == "exact"
         self.generator_class = generator_class_for(drafter)
+        adaptive = self.settings.budget == "auto"
+        self.budget = Budget(cost_model(target), acceptance_model_of(drafter)) if adaptive else None
         self.rows: list[Row] = []
         self.cache = DynamicCache()
         self.valid = torch.zeros(0, 0, dtype=torch.bool, device=target.device)  # (B, S)

@@ -43,6 +43,8 @@ def speculative_generate(
         speculative_step(batch)
     if streamer is not None:
         streamer.end()
+    if batch.budget is not None:
+        batch.budget.costs.save()
     sequences = row.ids
     if not generation_config.return_dict_in_generate:
         return sequences
@@ -88,6 +90,8 @@ def batched_generate(
     while not batch.finished:
         speculative_step(batch)
         batch.drop_finished()
+    if batch.budget is not None:
+        batch.budget.costs.save()
     longest = max(len(r.new_tokens) for r in rows)
     out = torch.full((len(rows), width + longest), batch.pad_token_id, dtype=torch.long, device=input_ids.device)
     out[:, :width] = input_ids

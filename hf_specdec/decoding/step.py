@@ -4,7 +4,9 @@ One step over the rows of a `SpeculativeBatch` (B rows, N_b draft nodes in row b
 row, S cached slots; a row's last committed token, its anchor, is not in the target's cache yet):
 
 1) draft: every unfinished row's candidate generator (its drafter kind's) drafts a tree under the anchor: an argmax
-   chain, a best-first tree, or exact-q draws; plus a prompt-lookup branch (docs/verification.md section 1);
+   chain, a best-first tree, or exact-q draws; plus a prompt-lookup branch (docs/verification.md section 1); with
+   the adaptive budget (`budget.py`) the drafter may be skipped (a plain step) or each tree cut to the nodes that
+   pay for their verification on this machine;
 2) feed: `[anchor, nodes]` per row, padded to n; positions = anchor position + depth; a (B, n, S + n) mask in which
    a node sees its row's valid cache slots, its ancestors and itself (none for one unpadded row's chain);
 3) verify: ONE target forward over (B, n), the drafter's tapped hidden states returned with the logits;
@@ -23,6 +25,7 @@ the target's argmax rows, once; sampling: one per child tried). No loop touches 
 from __future__ import annotations
 
 import functools
+import time
 
 import torch
 
@@ -37,11 +40,16 @@ from .batch import Row, SpeculativeBatch
 @torch.no_grad()
 def speculative_step(batch: SpeculativeBatch) -> None:
     """One drafted target forward for every unfinished row of `batch` (finished rows ride along with no drafts)."""
-    rows = batch.rows
+    rows, budget = batch.rows, batch.budget  # budget None: the settings' fixed sizes
     if not rows:
         return
-    # 1) draft
-    trees = [draft_tree(batch, row) for row in rows]
+    # 1) draft (the adaptive budget may skip the drafter, or keep only the nodes worth verifying)
+    started = time.perf_counter()
+    drafting = budget is None or budget.drafting()
+    full = [draft_tree(batch, row) if drafting else DraftTree() for row in rows]
+    trees = budget.choose(full, len(rows)) if budget is not None and drafting else full
+    draft_seconds = time.perf_counter() - started
+    verify_started = time.perf_counter()
     # 2) feed
     feed, positions, mask = verification_inputs(batch, trees)  # (B, n), (B, n), mask or None
     # 3) verify
@@ -67,6 +75,8 @@ def speculative_step(batch: SpeculativeBatch) -> None:
         else:
             path, bonus = greedy_acceptance(tree, processed.argmax(dim=-1).tolist())
         row.generator.stats.record(len(tree), len(path))
+        if budget is not None:
+            budget.acceptance.record(tree, path)
         # 5) commit
         fed = [0] + [c + 1 for c in path]  # fed slots of the anchor and the accepted path
         new = torch.tensor([[tree.tokens[c] for c in path] + [bonus]], device=row.ids.device)
@@ -79,6 +89,10 @@ def speculative_step(batch: SpeculativeBatch) -> None:
         row.generator.queue_features(features[b : b + 1, fed[:committed]])
         kept.append(fed[:committed])
     batch.keep_fed(kept, feed.shape[1])
+    if budget is not None:  # what this step cost (the acceptance above synced with the device)
+        budget.observe(len(rows), feed.shape[1], time.perf_counter() - verify_started, drafting, draft_seconds)
+        if drafting:
+            budget.after_drafted_step(full, len(rows))
 
 
 def draft_tree(batch: SpeculativeBatch, row: Row) -> DraftTree:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 
 _DRAFT_MODES = ("exact", "argmax")
+_BUDGETS = ("fixed", "auto")
 
 
 @dataclass
@@ -29,6 +30,10 @@ class DecodingSettings:
         prompt_lookup_tokens: length of an extra branch copied from the prompt or output after the longest
             matching suffix n-gram (prompt lookup decoding); 0 = off.
         prompt_lookup_ngram: longest suffix n-gram looked up.
+        budget: "fixed" verifies the sizes above every step; "auto" treats them (and the block) as the largest
+            allowed and picks, per step, the subtree that maximises committed tokens per second on this machine,
+            from a measured step-cost curve and the drafter's acceptance so far (plain one-token steps when no
+            draft pays). Output is the same either way.
     """
 
     tree_budget: int = 0
@@ -37,6 +42,7 @@ class DecodingSettings:
     sample_branches: int = 1
     prompt_lookup_tokens: int = 0
     prompt_lookup_ngram: int = 3
+    budget: str = "fixed"
 
     def __post_init__(self) -> None:
         if self.tree_budget < 0:
@@ -45,6 +51,8 @@ class DecodingSettings:
             raise ValueError(f"tree_topk must be >= 1, got {self.tree_topk}")
         if self.sampled_drafts not in _DRAFT_MODES:
             raise ValueError(f"sampled_drafts must be one of {_DRAFT_MODES}, got {self.sampled_drafts!r}")
+        if self.budget not in _BUDGETS:
+            raise ValueError(f"budget must be one of {_BUDGETS}, got {self.budget!r}")
         if self.sample_branches < 1:
             raise ValueError(f"sample_branches must be >= 1, got {self.sample_branches}")
         if self.prompt_lookup_tokens < 0 or self.prompt_lookup_ngram < 1:
@@ -65,7 +73,10 @@ class DecodingSettings:
         return asdict(self)
 
     def needs_own_loop(self, do_sample: bool) -> bool:
-        """Trees, lookup branches and exact-q sampling run in hf_specdec's loop; argmax chains in transformers'."""
+        """Trees, lookup branches, exact-q sampling and the adaptive budget run in hf_specdec's loop; fixed argmax
+        chains in transformers'."""
+        if self.budget == "auto":
+            return True
         return self.tree_budget > 0 or self.prompt_lookup_tokens > 0 or (do_sample and self.sampled_drafts == "exact")
 
 

@@ -28,21 +28,36 @@ class DraftTree:
         q_of: for sampled nodes, the row of `q` the node was drawn from; -1 for deterministic nodes (argmax or
             prompt lookup), whose proposal distribution is one-hot on the token.
         q: (G, V) float32 probabilities the sampled nodes were drawn from, or None.
+        logq: for nodes of a best-first tree, the drafter's log-probability of the path to the node (the sum of its
+            per-depth log q); None for other nodes (prompt lookup, samples). The adaptive budget reads it.
+        lookup: True for nodes that only the prompt-lookup branch proposed.
     """
 
     tokens: list[int] = field(default_factory=list)
     parents: list[int] = field(default_factory=list)
     q_of: list[int] = field(default_factory=list)
     q: torch.Tensor | None = None
+    logq: list[float | None] = field(default_factory=list)
+    lookup: list[bool] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.tokens)
 
-    def add(self, token: int, parent: int, q_row: int = -1) -> int:
+    def add(self, token: int, parent: int, q_row: int = -1, logq: float | None = None, lookup: bool = False) -> int:
         self.tokens.append(int(token))
         self.parents.append(int(parent))
         self.q_of.append(int(q_row))
+        self.logq.append(logq)
+        self.lookup.append(lookup)
         return len(self.tokens) - 1
+
+    def keep(self, nodes: list[int]) -> DraftTree:
+        """The subtree of `nodes` (every node's parent among them), renumbered in their order, parents first."""
+        index = {-1: -1}
+        out = DraftTree(q=self.q)
+        for i in sorted(nodes):
+            index[i] = out.add(self.tokens[i], index[self.parents[i]], self.q_of[i], self.logq[i], self.lookup[i])
+        return out
 
     def children(self) -> list[list[int]]:
         """children[r] for each row r (0 = root, i + 1 = node i), listed as node indices in insertion order."""
@@ -95,7 +110,7 @@ class DraftTree:
             if merge:
                 existing = next((c for c in kids[parent + 1] if self.tokens[c] == token), None)
             if existing is None:
-                existing = self.add(token, parent)
+                existing = self.add(token, parent, lookup=True)
                 if merge:
                     kids.append([])
                     kids[parent + 1].append(existing)
@@ -141,7 +156,7 @@ def conditional_best_first_tree(
     counter = 1
     while heap and len(tree) < budget:
         neg, _, parent, d, choice, r, parent_score = heapq.heappop(heap)
-        node = tree.add(top_ids[d][choice][r], parent)
+        node = tree.add(top_ids[d][choice][r], parent, logq=-neg)
         if r + 1 < len(top_ids[d][choice]):  # next sibling
             sibling = -(parent_score + top_logq[d][choice][r + 1])
             heapq.heappush(heap, (sibling, counter, parent, d, choice, r + 1, parent_score))

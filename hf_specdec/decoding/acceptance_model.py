@@ -1,0 +1,105 @@
+"""The acceptance model: how often a drafter's nodes are accepted, per depth, learned online from real steps.
+
+For every verified tree it counts, per depth d, the nodes whose parent was accepted ("tried" at d) and those that
+were accepted, separately for the drafter's best-first nodes, its sampled nodes and prompt-lookup nodes. For
+best-first nodes it also sums the drafter's own conditional probability q of each tried node, so that
+c_d = accepted / sum of q calibrates the drafter's confidence at depth d: the chance that a tried node is accepted is
+estimated as min(1, c_d * q_node) (the drafter's top-k probabilities, corrected by what it achieved). Lookup and
+sampled nodes carry no confidence and use the per-depth rate accepted / tried.
+
+Counts start from a weak prior (one pseudo-node per depth) and decay (old steps weigh less), so the model follows
+a call whose text changes; it lives on the drafter (`drafter.acceptance_model`) and is kept between calls.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ..verification.tree import DraftTree
+
+DECAY = 0.98  # weight of the past per recorded step
+PRIOR_RATE = {"drafted": 0.5, "sampled": 0.5, "lookup": 0.3}  # before any evidence, per depth
+
+
+@dataclass
+class DepthCounts:
+    tried: float = 0.0
+    accepted: float = 0.0
+    expected: float = 0.0  # sum of the drafter's q over tried best-first nodes
+
+
+@dataclass
+class AcceptanceModel:
+    """Per-depth acceptance counts for each node source ("drafted", "sampled", "lookup")."""
+
+    counts: dict[str, dict[int, DepthCounts]] = field(default_factory=lambda: {k: {} for k in PRIOR_RATE})
+
+    def record(self, tree: DraftTree, path: list[int]) -> None:
+        """Count a verified tree whose accepted nodes (root to leaf) are `path`."""
+        for table in self.counts.values():
+            for c in table.values():
+                c.tried, c.accepted, c.expected = c.tried * DECAY, c.accepted * DECAY, c.expected * DECAY
+        accepted = set(path)
+        depths = tree.depths()
+        for i, parent in enumerate(tree.parents):
+            if parent >= 0 and parent not in accepted:
+                continue
+            c = self.counts[source(tree, i)].setdefault(depths[i], DepthCounts())
+            c.tried += 1
+            c.accepted += i in accepted
+            q = conditional_q(tree, i)
+            if q is not None:
+                c.expected += q
+
+    def rate(self, kind: str, depth: int) -> float:
+        """Accepted / tried at `depth` for nodes of `kind`, with one prior pseudo-node."""
+        c = self.counts[kind].get(depth, DepthCounts())
+        return (c.accepted + PRIOR_RATE[kind]) / (c.tried + 1.0)
+
+    def calibration(self, depth: int) -> float:
+        """c_d: accepted best-first nodes per unit of the drafter's q at `depth` (1 = the drafter is calibrated)."""
+        c = self.counts["drafted"].get(depth, DepthCounts())
+        return (c.accepted + 1.0) / (c.expected + 1.0)
+
+    def node_values(self, tree: DraftTree) -> list[float]:
+        """Estimated probability that each node is accepted (its path is): a product down the path of
+        min(1, c_d * q) for best-first nodes and the per-depth rate for the others. Never above the parent's."""
+        depths = tree.depths()
+        values: list[float] = []
+        for i, parent in enumerate(tree.parents):
+            kind, q = source(tree, i), conditional_q(tree, i)
+            step = self.rate(kind, depths[i]) if q is None else min(1.0, self.calibration(depths[i]) * q)
+            values.append((1.0 if parent < 0 else values[parent]) * step)
+        return values
+
+    def reset(self) -> None:
+        self.counts = {k: {} for k in PRIOR_RATE}
+
+
+def source(tree: DraftTree, node: int) -> str:
+    if tree.lookup[node]:
+        return "lookup"
+    return "sampled" if tree.q_of[node] >= 0 else "drafted"
+
+
+def conditional_q(tree: DraftTree, node: int) -> float | None:
+    """The drafter's q of `node` given its parent, from best-first path scores; None where unknown."""
+    logq = tree.logq[node]
+    if logq is None or tree.lookup[node]:
+        return None
+    parent = tree.parents[node]
+    base = 0.0 if parent < 0 else tree.logq[parent]
+    return None if base is None else math.exp(logq - base)
+
+
+def acceptance_model_of(drafter) -> AcceptanceModel:
+    """The drafter's acceptance model, made on first use and kept on the drafter between calls."""
+    model = getattr(drafter, "acceptance_model", None)
+    if not isinstance(model, AcceptanceModel):
+        model = AcceptanceModel()
+        drafter.acceptance_model = model
+    return model
+
+
+__all__ = ["AcceptanceModel", "acceptance_model_of", "conditional_q", "source"]

@@ -1,0 +1,106 @@
+"""The adaptive budget: how many drafted tokens each step verifies, chosen to maximise committed tokens per second.
+
+Inputs: the step-cost model (seconds of a target forward over n fed tokens, measured here), the acceptance model
+(per-depth acceptance, kept on the drafter) and the drafter's own confidence (its top-k probabilities, in the best-
+first tree's path scores). Per step, for a batch of B rows whose drafts were built at their largest allowed size:
+
+- every node gets v = estimated probability that it is accepted (`AcceptanceModel.node_values`); in a row, the N
+  nodes of highest v form a subtree (a child's v never exceeds its parent's) whose expected committed tokens are
+  1 + (sum of their v) (greedy verification accepts at most one child per node, so the sum is the expected
+  accepted length);
+- the budget picks the N (the same for all rows: they are padded to one width) maximising
+  sum over rows of (1 + E_b(N)) / (cost(B * (1 + N)) + drafter seconds), and keeps those nodes;
+- when even the best N commits fewer tokens per second than plain one-token steps (B / cost(B)), the next steps are
+  plain (no drafter pass at all) for a while, twice as long each time a probe confirms it, and one drafted step
+  probes again. With many rows on a compute-bound device this is what happens: drafting stops.
+- sizes whose cost is not measured yet are verified first, in real steps (`step_cost.GRID`), so the curve is
+  filled in by the work itself.
+
+Lossless: the budget only removes nodes before verification (a subtree stays a valid draft with the exact q each
+node was drawn from); what is accepted is decided by the acceptance rule alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..verification.tree import DraftTree
+from .acceptance_model import AcceptanceModel
+from .step_cost import GRID, StepCostModel
+
+MAX_BACKOFF = 64  # plain steps between probes, at most
+
+
+@dataclass
+class Budget:
+    """Per-call state of the adaptive budget (the models it reads outlive the call)."""
+
+    costs: StepCostModel
+    acceptance: AcceptanceModel
+    plain_left: int = 0  # plain steps before the next probe
+    backoff: int = 2
+    draft_seconds: float | None = None  # drafter time per row and step, measured
+
+    def drafting(self) -> bool:
+        """Whether this step runs the drafter (False: a plain one-token step)."""
+        if self.plain_left > 0:
+            self.plain_left -= 1
+            return False
+        return True
+
+    def choose(self, trees: list[DraftTree], rows: int) -> list[DraftTree]:
+        """Keep in every row the N highest-valued nodes, N chosen for the most committed tokens per second."""
+        values = [sorted(self.acceptance.node_values(t), reverse=True) for t in trees]
+        most = max((len(v) for v in values), default=0)
+        explore = self._unmeasured(rows, most)
+        n = explore if explore is not None else self._best(values, rows, most)
+        return [keep_best(tree, n, self.acceptance) for tree in trees]
+
+    def observe(self, rows: int, fed: int, seconds: float, drafted: bool, draft_seconds: float) -> None:
+        """Record a step's target forward (`rows` x `fed` tokens) and, after a drafted step, decide on plain mode."""
+        self.costs.record(rows * fed, seconds)
+        if drafted and draft_seconds > 0:
+            per_row = draft_seconds / rows
+            self.draft_seconds = per_row if self.draft_seconds is None else 0.7 * self.draft_seconds + 0.3 * per_row
+
+    def after_drafted_step(self, trees: list[DraftTree], rows: int) -> None:
+        """Switch to plain steps when the best drafted rate of this step's drafts loses to plain decoding."""
+        plain = self.costs.cost(rows)
+        if plain is None or any(not self.costs.measured(rows * g) for g in GRID[:2]):
+            return
+        values = [sorted(self.acceptance.node_values(t), reverse=True) for t in trees]
+        most = max((len(v) for v in values), default=0)
+        best = self._best(values, rows, most)
+        if self._rate(values, rows, best) < rows / plain:
+            self.plain_left, self.backoff = self.backoff, min(MAX_BACKOFF, 2 * self.backoff)
+        else:
+            self.backoff = 2
+
+    def _unmeasured(self, rows: int, most: int) -> int | None:
+        """The smallest grid size (drafts per row) whose cost is not measured yet, if any fits."""
+        for fed in GRID:
+            if fed - 1 <= most and not self.costs.measured(rows * fed):
+                return fed - 1
+        return None
+
+    def _rate(self, values: list[list[float]], rows: int, n: int) -> float:
+        cost = self.costs.cost(rows * (1 + n))
+        if cost is None:
+            return 0.0
+        committed = sum(1.0 + sum(v[:n]) for v in values)
+        return committed / (cost + rows * (self.draft_seconds or 0.0))
+
+    def _best(self, values: list[list[float]], rows: int, most: int) -> int:
+        return max(range(most + 1), key=lambda n: (self._rate(values, rows, n), -n))
+
+
+def keep_best(tree: DraftTree, n: int, acceptance: AcceptanceModel) -> DraftTree:
+    """The subtree of `tree`'s `n` highest-valued nodes (ties: the earlier node, so parents come first)."""
+    if n >= len(tree):
+        return tree
+    values = acceptance.node_values(tree)
+    order = sorted(range(len(tree)), key=lambda i: (-values[i], i))
+    return tree.keep(order[:n])
+
+
+__all__ = ["Budget", "keep_best"]

@@ -1,0 +1,151 @@
+"""The step-cost model: what one target forward costs on this machine as a function of the tokens it verifies.
+
+Drafting pays only where verifying n tokens costs little more than one, and that depends on the hardware: on a GPU
+the curve is flat far past 8 tokens, on one CPU 8 tokens cost 1.1x one token and on another 2.7x. So the cost is
+measured, never assumed: every speculative step records the seconds of its target forward against the tokens it
+fed (all rows together), and the adaptive budget (`budget.py`) reads the curve back. Points not measured yet are
+filled in by the budget itself, which verifies those sizes in real steps first (nothing is run just to measure).
+
+One model per (target weights, device, dtype, torch threads, CPU model); kept for the process and saved as JSON
+under `$HF_SPECDEC_CACHE` (default `~/.cache/hf_specdec`), so the next process starts from the curve already
+measured. `hf_specdec.cost_model(target)` returns it: print it to see the curve, `.reset()` to measure again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+from pathlib import Path
+
+import torch
+from transformers import PreTrainedModel
+
+SAMPLES = 8  # recent timings kept per point; the median is the cost
+GRID = (1, 2, 3, 5, 9, 17, 33)  # fed tokens the budget measures first (1 + a power-of-two draft count)
+_MODELS: dict[str, StepCostModel] = {}
+
+
+class StepCostModel:
+    """Seconds of one target forward as a function of the tokens fed (rows x slots), measured on this machine."""
+
+    def __init__(self, key: str, points: dict[int, list[float]] | None = None, path: Path | None = None) -> None:
+        self.key = key
+        self.points: dict[int, list[float]] = {int(n): list(v) for n, v in (points or {}).items()}
+        self.path = path
+        self.pinned = False
+
+    def record(self, tokens: int, seconds: float) -> None:
+        """One measured forward over `tokens` fed tokens (ignored while the curve is pinned)."""
+        if self.pinned:
+            return
+        samples = self.points.setdefault(int(tokens), [])
+        samples.append(float(seconds))
+        del samples[:-SAMPLES]
+
+    def measured(self, tokens: int) -> bool:
+        return int(tokens) in self.points
+
+    def cost(self, tokens: int) -> float | None:
+        """Seconds for `tokens` fed tokens: the median at a measured point, linear between measured points, the
+        last slope beyond them (never below the largest measured cost); None before anything is measured."""
+        curve = self.curve()
+        if not curve:
+            return None
+        ns = sorted(curve)
+        if tokens in curve:
+            return curve[tokens]
+        below = [n for n in ns if n < tokens]
+        above = [n for n in ns if n > tokens]
+        if below and above:
+            lo, hi = below[-1], above[0]
+            return curve[lo] + (curve[hi] - curve[lo]) * (tokens - lo) / (hi - lo)
+        if above:  # below the smallest measured point: never cheaper than nothing, never dearer than it
+            return curve[above[0]]
+        if len(ns) == 1:
+            return curve[ns[0]]
+        lo, hi = ns[-2], ns[-1]
+        slope = max(0.0, (curve[hi] - curve[lo]) / (hi - lo))
+        return curve[hi] + slope * (tokens - hi)
+
+    def curve(self) -> dict[int, float]:
+        """{fed tokens: median seconds} of every measured point."""
+        return {n: statistics.median(v) for n, v in sorted(self.points.items()) if v}
+
+    def pin(self, curve: dict[int, float]) -> None:
+        """Decide with `curve` ({fed tokens: seconds}, e.g. measured on another machine) and stop measuring, until
+        `reset()`. Not saved."""
+        self.points = {int(n): [float(s)] for n, s in curve.items()}
+        self.pinned = True
+
+    def reset(self) -> None:
+        """Forget every measurement (here and in the saved file) and unpin."""
+        self.points.clear()
+        self.pinned = False
+        self.save()
+
+    def save(self) -> None:
+        if self.path is None or self.pinned:
+            return
+        saved = _read(self.path)
+        saved[self.key] = {str(n): v for n, v in self.points.items()}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(saved, indent=1), encoding="utf-8")
+        tmp.replace(self.path)
+
+    def __str__(self) -> str:
+        curve = self.curve()
+        if not curve:
+            return f"step-cost model {self.key}: nothing measured yet"
+        one = curve.get(1)
+        rows = [f"step-cost model {self.key}", "  fed tokens   ms per forward   x one token"]
+        for n, seconds in curve.items():
+            ratio = f"{seconds / one:10.2f}" if one else "         -"
+            rows.append(f"  {n:10d}   {1000 * seconds:14.1f}   {ratio}")
+        return "\n".join(rows)
+
+    __repr__ = __str__
+
+
+def model_key(target: PreTrainedModel) -> str:
+    """What the curve depends on: the target's weights, device, dtype, torch threads and (on CPU) the CPU model."""
+    name = getattr(target.config, "_name_or_path", "") or type(target).__name__
+    params = sum(p.numel() for p in target.parameters())
+    device = target.device
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_model()
+    return f"{Path(name).name}|{params}|{device.type}|{target.dtype}|threads={torch.get_num_threads()}|{where}"
+
+
+def cost_model(target: PreTrainedModel) -> StepCostModel:
+    """The step-cost model of `target` on this machine (loaded from the saved file the first time)."""
+    key = model_key(target)
+    if key not in _MODELS:
+        path = cache_path()
+        points = _read(path).get(key) if path is not None else None
+        _MODELS[key] = StepCostModel(key, points, path)
+    return _MODELS[key]
+
+
+def cache_path() -> Path | None:
+    """Where curves are saved: $HF_SPECDEC_CACHE/step_costs.json (default ~/.cache/hf_specdec); "" = not saved."""
+    root = os.environ.get("HF_SPECDEC_CACHE", str(Path.home() / ".cache" / "hf_specdec"))
+    return Path(root) / "step_costs.json" if root else None
+
+
+def _read(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def _cpu_model() -> str:
+    cpuinfo = Path("/proc/cpuinfo")
+    lines = cpuinfo.read_text().splitlines() if cpuinfo.is_file() else []
+    name = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "")
+    return name or platform.processor() or "cpu"
+
+
+__all__ = ["GRID", "StepCostModel", "cache_path", "cost_model", "model_key"]

@@ -1,0 +1,138 @@
+"""The adaptive budget: the step-cost model, the acceptance model, the choice they drive, and that output is unchanged.
+
+Curves are written into the real `StepCostModel` of the tiny target (what a machine would have measured), so a test
+can put decoding on a machine where verifying is free (drafting pays) or dear (no draft pays: plain steps).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from conftest import VOCAB, oracle, tiny_target
+
+import hf_specdec
+from hf_specdec import DecodingSettings
+from hf_specdec.decoding.acceptance_model import AcceptanceModel
+from hf_specdec.decoding.budget import Budget, keep_best
+from hf_specdec.decoding.step_cost import GRID, StepCostModel, cost_model
+from hf_specdec.verification.tree import best_first_tree
+
+NEW_TOKENS = 29
+AUTO = DecodingSettings(budget="auto", tree_budget=6, prompt_lookup_tokens=3)
+
+
+def machine(target, per_token: float) -> None:
+    """Make `target`'s measured curve: one token costs 10 ms, each further fed token `per_token` of that."""
+    model = cost_model(target)
+    model.reset()
+    for fed in range(1, 200):
+        model.record(fed, 0.010 * (1 + per_token * (fed - 1)))
+
+
+def test_cost_model_interpolates_extrapolates_and_is_saved_per_target(tmp_path, monkeypatch):
+    model = StepCostModel("k")
+    assert model.cost(4) is None and "nothing measured" in str(model)
+    for fed, seconds in ((1, 0.1), (1, 0.3), (1, 0.2), (5, 0.6)):
+        model.record(fed, seconds)
+    assert model.cost(1) == pytest.approx(0.2)  # median of the samples
+    assert model.cost(3) == pytest.approx(0.4)  # linear between measured points
+    assert model.cost(9) == pytest.approx(1.0)  # the last slope beyond them
+    monkeypatch.setenv("HF_SPECDEC_CACHE", str(tmp_path))
+    target = tiny_target("llama")
+    saved = cost_model(target)
+    saved.reset()
+    saved.record(3, 0.5)
+    saved.save()
+    stored = json.loads((tmp_path / "step_costs.json").read_text())
+    assert stored[saved.key] == {"3": [0.5]} and "cpu" in saved.key and "threads=" in saved.key
+    assert "fed tokens" in str(hf_specdec.cost_model(target)) and hf_specdec.cost_model(target) is saved
+    saved.reset()
+    assert json.loads((tmp_path / "step_costs.json").read_text())[saved.key] == {}
+
+
+def test_acceptance_model_calibrates_the_drafters_confidence_per_depth():
+    tree = best_first_tree([[-0.1, -2.5], [-0.2, -3.0]], [[5, 6], [7, 8]], 4)  # q ~ 0.9, 0.08 per depth
+    model = AcceptanceModel()
+    for _ in range(60):
+        model.record(tree, [0])  # depth 1's top node always accepted, depth 2 never
+    values = model.node_values(tree)
+    first = tree.tokens.index(5)
+    assert values[first] > 0.9 and max(v for i, v in enumerate(values) if tree.parents[i] == first) < 0.1
+    assert model.calibration(2) < 0.1 < model.calibration(1)
+
+
+def test_budget_verifies_everything_where_it_is_free_and_nothing_where_it_is_dear():
+    tree = best_first_tree([[-0.01] * 2] * 7, [[5, 6]] * 7, 10)
+    sure = AcceptanceModel()
+    for _ in range(40):
+        sure.record(tree, tree.path_to(6))  # the drafter's top chain is always accepted
+    cheap, dear = StepCostModel("cheap"), StepCostModel("dear")
+    for fed in range(1, 80):
+        cheap.record(fed, 0.010)
+        dear.record(fed, 0.010 * fed)
+    budget = Budget(cheap, sure, draft_seconds=0.001)
+    assert len(budget.choose([tree], 1)[0]) == len(tree)
+    wrong = AcceptanceModel()
+    for _ in range(40):
+        wrong.record(tree, [])  # the drafter is sure of itself and always wrong: its calibration drops
+    budget = Budget(dear, wrong, draft_seconds=0.001)
+    assert len(budget.choose([tree], 1)[0]) == 0
+    budget.after_drafted_step([tree], 1)
+    left = budget.plain_left
+    assert left >= 1 and [budget.drafting() for _ in range(left + 1)] == [False] * left + [True]  # then a probe
+    budget.after_drafted_step([tree], 1)
+    assert budget.plain_left > left  # a probe that confirms it: plain for longer
+    assert len(keep_best(tree, 3, sure)) == 3
+
+
+def test_budget_measures_unmeasured_sizes_first_in_real_steps():
+    tree = best_first_tree([[-0.01] * 2] * 7, [[5, 6]] * 7, 10)
+    empty = Budget(StepCostModel("new"), AcceptanceModel())
+    assert len(empty.choose([tree], 1)[0]) == GRID[0] - 1
+    empty.costs.record(1, 0.01)
+    assert len(empty.choose([tree], 1)[0]) == GRID[1] - 1
+
+
+@pytest.mark.parametrize("per_token", [0.0, 1.0], ids=["free", "dear"])
+@pytest.mark.parametrize("accept", ["none", "all", "j"])
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+def test_adaptive_greedy_output_is_plain_greedy(arch, accept, per_token):
+    target = tiny_target(arch)
+    prompt = torch.randint(3, VOCAB - 1, (1, 12), generator=torch.Generator().manual_seed(5))
+    machine(target, per_token)
+    drafter = oracle(target, prompt, 4, {"none": 0, "all": None, "j": 2}[accept], NEW_TOKENS, eos_token_id=None)
+    drafter.decoding = AUTO
+    ref = target.generate(prompt, do_sample=False, max_new_tokens=NEW_TOKENS, eos_token_id=None)
+    out = target.generate(
+        prompt, do_sample=False, max_new_tokens=NEW_TOKENS, eos_token_id=None, assistant_model=drafter
+    )
+    assert torch.equal(out, ref)
+    drafted = drafter.last_acceptance_stats.drafted
+    if per_token == 1.0:  # verifying n tokens costs n steps: no draft pays, plain steps (nothing drafted) follow
+        assert drafted.count(0) >= len(drafted) // 2
+    elif accept == "all":  # verifying is free and the drafter is always right: it drafts every step
+        assert min(drafted[:-2]) > 0 and drafter.last_acceptance_stats.tau > 2
+
+
+@pytest.mark.parametrize("per_token", [0.0, 1.0], ids=["free", "dear"])
+def test_adaptive_batch_and_server_output_is_plain_greedy(per_token):
+    target = tiny_target("llama")
+    machine(target, per_token)
+    g = torch.Generator().manual_seed(8)
+    prompts = [torch.randint(3, VOCAB - 1, (n,), generator=g) for n in (9, 5, 12)]
+    drafter = oracle(target, prompts[0][None], 4, None, NEW_TOKENS)
+    drafter.decoding = AUTO
+    ids = torch.zeros(3, 12, dtype=torch.long)
+    mask = torch.zeros(3, 12, dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, 12 - len(p) :], mask[i, 12 - len(p) :] = p, 1
+    plain = target.generate(ids, attention_mask=mask, max_new_tokens=11, do_sample=False)
+    out = target.generate(ids, attention_mask=mask, max_new_tokens=11, do_sample=False, assistant_model=drafter)
+    assert torch.equal(out, plain)
+    server = hf_specdec.SpeculativeServer(target, drafter, max_batch_size=2, do_sample=False)
+    requests = [server.submit(p, 11) for p in prompts]
+    server.run()
+    for request, p in zip(requests, prompts, strict=True):
+        assert torch.equal(request.output_ids, target.generate(p[None], max_new_tokens=11, do_sample=False)[0])
