@@ -70,7 +70,10 @@ def test_report_structure(report):
     assert report["tasks"] == ["code", "chat"]
     assert set(report["results"]) == {"code", "chat", "all"}
     assert {"torch", "transformers", "hf_specdec"} <= set(report["meta"]["versions"])
-    assert "load_average_at_start" in report["meta"]["machine"]
+    assert "load_average_at_start" in report["meta"]["machine"] and "cpu_flags" in report["meta"]["machine"]
+    curve = report["meta"]["cost_curve"]  # the machine's cost curve, measured on the target of the run
+    assert list(curve["ms"]) == [1, 2, 4, 8, 16, 32] and all(ms > 0 for ms in curve["ms"].values())
+    assert curve["x_one"][1] == 1.0
     assert len(report["calls"]) == 4 * len(LABELS)  # 4 prompts x methods x 1 repeat
     for by_method in report["results"].values():
         assert list(by_method) == LABELS
@@ -129,6 +132,7 @@ def test_files_written(report, tmp_path):
     assert data["results"]["all"]["plain"]["identical_rate"] == 1.0
     md = paths["md"].read_text()
     assert "| task | method |" in md and report["meta"]["versions"]["torch"] in md
+    assert "- cost curve (one target forward over n new tokens, 200-token cache): 1: " in md
     try:
         import matplotlib  # noqa: F401
     except ImportError:

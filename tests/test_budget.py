@@ -91,8 +91,8 @@ def test_budget_measures_unmeasured_sizes_first_in_real_steps():
     tree = best_first_tree([[-0.01] * 2] * 7, [[5, 6]] * 7, 10)
     empty = Budget(StepCostModel("new"), AcceptanceModel())
     assert len(empty.choose([tree], 1)[0]) == GRID[0] - 1
-    empty.costs.record(1, 0.01)
-    assert len(empty.choose([tree], 1)[0]) == GRID[1] - 1
+    empty.costs.record(1, 0.01)  # 2 fed tokens are now close enough to interpolate: 3 is measured next
+    assert GRID[1:3] == (2, 3) and len(empty.choose([tree], 1)[0]) == GRID[2] - 1
 
 
 @pytest.mark.parametrize("per_token", [0.0, 1.0], ids=["free", "dear"])

@@ -20,6 +20,7 @@ import torch
 import hf_specdec
 
 from .cases import interleaved_prompts, load_cases
+from .cost_curve import cost_curve_line
 from .model_specs import load_causal_lm, resolve_model
 from .plots import write_concurrency_plot
 from .prompt_sets import TASKS
@@ -129,7 +130,13 @@ def _line(row: dict) -> str:
 
 
 def markdown(report: dict) -> str:
+    meta = report.get("meta", {})
+    machine = meta.get("environment", {}).get("machine", {})
     lines = [
+        f"- machine: {machine.get('cpu', '?')} ({machine.get('cpu_count', '?')} cores, flags "
+        f"{' '.join(machine.get('cpu_flags', []))}), gpu {machine.get('gpu')}",
+        cost_curve_line(meta.get("cost_curve")),
+        "",
         "| concurrency | method | tok/s | vs plain | tau | mean latency (s) | p90 latency (s) | identical |",
         "|---|---|---|---|---|---|---|---|",
     ]

@@ -12,6 +12,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .cases import Case
+from .cost_curve import measure_cost_curve
 from .environment import load_average
 from .measure import generate, measure_call
 from .methods import PLAIN, Method, Models, Settings, build_methods
@@ -102,6 +103,7 @@ def run_benchmark(
     costs the timing results)."""
     load_at_start = load_average()
     models = make_models(settings.dtype)
+    curve = measure_cost_curve(models.target)
     methods = build_methods(models, settings)
     descriptions = [m.describe() for m in methods]
     target_mib = sum(p.numel() * p.element_size() for p in models.target.parameters()) / 2**20
@@ -117,4 +119,5 @@ def run_benchmark(
     release(models)
     report = build_report(calls, identity, descriptions, target_mib, cases, settings)
     report["meta"]["machine"]["load_average_at_start"] = load_at_start
+    report["meta"]["cost_curve"] = curve
     return report

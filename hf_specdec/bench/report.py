@@ -6,6 +6,7 @@ import json
 import math
 from pathlib import Path
 
+from .cost_curve import cost_curve_line
 from .methods import PLAIN
 from .plots import write_benchmark_plot
 from .summary import ALL_TASKS
@@ -60,6 +61,7 @@ def format_markdown(report: dict) -> str:
         "",
         f"- date: {meta['date']}",
         f"- machine: {meta['machine']}",
+        cost_curve_line(meta.get("cost_curve")),
         f"- versions: {meta['versions']}",
         f"- command: `{meta.get('command', '(library call)')}`",
         f"- settings: {settings}",

@@ -15,6 +15,7 @@ import torch
 
 from .cases import Case, interleaved_prompts, load_cases
 from .concurrency import pad_token_id, run_concurrency, write
+from .cost_curve import cost_curve_line, measure_cost_curve
 from .environment import environment
 from .methods import Settings
 from .model_specs import DrafterSpec, model_factory, pick_device, resolve_model
@@ -72,6 +73,7 @@ def run(args: argparse.Namespace, command: str) -> int:
     report = run_benchmark(make_models, cases, settings, on_timing_done=timing_done)
     report["meta"].update(meta, wall_seconds=time.perf_counter() - start)
     paths = write_outputs(report, args.out_dir)
+    print(cost_curve_line(report["meta"].get("cost_curve")))
     print(format_text_table(report))
     print(f"wall time {report['meta']['wall_seconds']:.0f} s; wrote {', '.join(str(p) for p in paths.values())}")
     return 0
@@ -80,6 +82,7 @@ def run(args: argparse.Namespace, command: str) -> int:
 def _run_concurrency(args: argparse.Namespace, make_models, cases: list[Case], meta: dict, start: float) -> int:
     """`--concurrency`: the server with each drafter vs plain batched generate, tasks mixed (see `concurrency`)."""
     models = make_models(args.dtype)
+    curve = measure_cost_curve(models.target)
     prompts = interleaved_prompts(cases)
     report = run_concurrency(
         models.target,
@@ -90,7 +93,11 @@ def _run_concurrency(args: argparse.Namespace, make_models, cases: list[Case], m
         args.max_new_tokens,
         pad_token_id(models.target),
     )
-    report["meta"] = meta | {"wall_seconds": time.perf_counter() - start, "environment": environment()}
+    report["meta"] = meta | {
+        "wall_seconds": time.perf_counter() - start,
+        "environment": environment(),
+        "cost_curve": curve,
+    }
     paths = write(report, args.out_dir)
     print(f"wrote {', '.join(str(p) for p in paths)}")
     return 0

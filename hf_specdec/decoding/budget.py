@@ -14,7 +14,8 @@ first tree's path scores). Per step, for a batch of B rows whose drafts were bui
   plain (no drafter pass at all) for a while, twice as long each time a probe confirms it, and one drafted step
   probes again. With many rows on a compute-bound device this is what happens: drafting stops.
 - sizes whose cost is not measured yet are verified first, in real steps (`step_cost.GRID`), so the curve is
-  filled in by the work itself.
+  filled in by the work itself; larger sizes are not tried once a measured one costs about its token count in
+  one-token forwards (nothing larger can pay there).
 
 Lossless: the budget only removes nodes before verification (a subtree stays a valid draft with the exact q each
 node was drawn from); what is accepted is decided by the acceptance rule alone.
@@ -77,10 +78,17 @@ class Budget:
             self.backoff = 2
 
     def _unmeasured(self, rows: int, most: int) -> int | None:
-        """The smallest grid size (drafts per row) whose cost is not measured yet, if any fits."""
+        """The smallest grid size (drafts per row) whose cost is not measured yet, if any fits; none once a
+        measured size costs (nearly) its token count in one-token forwards: the device is compute-bound there,
+        so no larger size can pay (at most 1 + N tokens come of N drafts) and measuring it would only cost."""
+        one = self.costs.cost(rows) if self.costs.measured(rows) else None
         for fed in GRID:
-            if fed - 1 <= most and not self.costs.measured(rows * fed):
+            if fed - 1 > most:
+                return None
+            if not self.costs.measured(rows * fed):
                 return fed - 1
+            if one is not None and fed > 1 and self.costs.cost(rows * fed) >= 0.9 * fed * one:
+                return None
         return None
 
     def _rate(self, values: list[list[float]], rows: int, n: int) -> float:

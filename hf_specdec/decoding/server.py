@@ -123,6 +123,8 @@ class SpeculativeServer:
                 if request.streamer is not None:
                     request.streamer.end()
         if finished:
+            if self.batch.budget is not None:
+                self.batch.budget.costs.save()
             self.batch.drop_finished()
             self.running = [r for r in self.running if not r.done]
         return finished

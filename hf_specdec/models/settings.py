@@ -42,7 +42,7 @@ class DecodingSettings:
     sample_branches: int = 1
     prompt_lookup_tokens: int = 0
     prompt_lookup_ngram: int = 3
-    budget: str = "fixed"
+    budget: str = "auto"
 
     def __post_init__(self) -> None:
         if self.tree_budget < 0:
