@@ -129,13 +129,16 @@ def make_drafter(target, block_size: int, cls=BlockDrafter, seed: int = 1, **kwa
 
 
 def oracle(target, prompt, block_size, corrupt_at, max_new_tokens, cls=None, **gen_kwargs):
-    """An OracleDrafter whose reference is the target's greedy continuation (block_size tokens past the end)."""
+    """An OracleDrafter whose reference is the target's greedy continuation (block_size tokens past the end), with
+    fixed decoding sizes, so each step accepts exactly the pattern asked for (the adaptive budget's own identity
+    tests set `budget="auto"`: tests/test_budget.py)."""
     drafter = make_drafter(target, block_size, cls=cls or OracleDrafter)
     ref_kwargs = {k: v for k, v in gen_kwargs.items() if k not in ("eos_token_id", "min_new_tokens")}
     drafter.reference = target.generate(
         prompt, max_new_tokens=max_new_tokens + block_size, do_sample=False, eos_token_id=None, **ref_kwargs
     )
     drafter.corrupt_at = corrupt_at
+    drafter.decoding = hf_specdec.DecodingSettings(budget="fixed")  # every step drafts the whole block
     return drafter
 
 

@@ -73,7 +73,11 @@ def _generator(target, drafter):
 
 @pytest.mark.parametrize(
     "settings",
-    [DecodingSettings(), DecodingSettings(tree_budget=10, tree_topk=2), DecodingSettings(prompt_lookup_tokens=4)],
+    [
+        DecodingSettings(budget="fixed"),
+        DecodingSettings(budget="fixed", tree_budget=10, tree_topk=2),
+        DecodingSettings(budget="fixed", prompt_lookup_tokens=4),
+    ],
     ids=["chain", "tree", "chain+lookup"],
 )
 @pytest.mark.parametrize("block_size", [3, 5, 8])
@@ -97,11 +101,11 @@ def test_dcoco_oracles_give_plain_greedy_output(target, prompt, block_size, acce
 def test_untrained_dcoco_gives_plain_output_and_samples(target, prompt):
     drafter = dcoco(target, 6, corrector_candidates=8)
     ref = target.generate(prompt, do_sample=False, max_new_tokens=NEW_TOKENS)
-    for settings in (DecodingSettings(), DecodingSettings(tree_budget=12, tree_topk=3)):
+    for settings in (DecodingSettings(budget="fixed"), DecodingSettings(budget="fixed", tree_budget=12, tree_topk=3)):
         drafter.decoding = settings
         out = target.generate(prompt, do_sample=False, max_new_tokens=NEW_TOKENS, assistant_model=drafter)
         assert torch.equal(out, ref)
-    drafter.decoding = DecodingSettings(sample_branches=2)
+    drafter.decoding = DecodingSettings(budget="fixed", sample_branches=2)
     out = target.generate(prompt, do_sample=True, temperature=0.8, max_new_tokens=NEW_TOKENS, assistant_model=drafter)
     assert out.shape == (1, prompt.shape[1] + NEW_TOKENS)
 
@@ -109,7 +113,7 @@ def test_untrained_dcoco_gives_plain_output_and_samples(target, prompt):
 def test_save_and_load_through_auto_model(target, prompt, tmp_path):
     drafter = dcoco(target, 4, corrector_candidates=6)
     torch.nn.init.normal_(drafter.corrector.scorer_out.weight, std=1.0)  # non-zero: a real round trip
-    drafter.decoding = DecodingSettings(tree_budget=5)
+    drafter.decoding = DecodingSettings(budget="fixed", tree_budget=5)
     drafter.save_pretrained(tmp_path)
     loaded = AutoModel.from_pretrained(tmp_path).eval()
     assert isinstance(loaded, DCOCODrafter) and isinstance(loaded.config, DCOCOConfig)

@@ -27,11 +27,15 @@ DRAWS = 1000
 DELTA = 1e-6
 PROMPT = torch.tensor([[1, 3, 4, 5, 3, 4, 6]])
 CASES = {
-    "chain": (DecodingSettings(), 1.0, None),
-    "siblings+lookup top-k": (DecodingSettings(sample_branches=3, prompt_lookup_tokens=2), 0.7, 5),
-    "argmax tree": (DecodingSettings(sampled_drafts="argmax", tree_budget=4, tree_topk=2), 1.0, None),
-    "dcoco walk": (DecodingSettings(sample_branches=2), 1.0, None),  # q restricted to 4 of the 8 tokens
-    "dblast mixture": (DecodingSettings(sample_branches=2), 0.8, None),  # dependent positions, posterior q
+    "chain": (DecodingSettings(budget="fixed"), 1.0, None),
+    "siblings+lookup top-k": (DecodingSettings(budget="fixed", sample_branches=3, prompt_lookup_tokens=2), 0.7, 5),
+    "argmax tree": (DecodingSettings(budget="fixed", sampled_drafts="argmax", tree_budget=4, tree_topk=2), 1.0, None),
+    "dcoco walk": (DecodingSettings(budget="fixed", sample_branches=2), 1.0, None),  # q restricted to 4 of the 8 tokens
+    "dblast mixture": (
+        DecodingSettings(budget="fixed", sample_branches=2),
+        0.8,
+        None,
+    ),  # dependent positions, posterior q
     # the adaptive budget: sizes change from step to step (plain steps included), the distribution must not
     "adaptive budget": (DecodingSettings(budget="auto", sample_branches=2, prompt_lookup_tokens=2), 0.7, 5),
     "adaptive, plain steps": (DecodingSettings(budget="auto", sample_branches=2), 1.0, None),

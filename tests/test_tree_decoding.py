@@ -13,9 +13,9 @@ from hf_specdec import BlockDrafter, DecodingSettings
 
 NEW_TOKENS = 29
 TREES = [
-    DecodingSettings(tree_budget=3, tree_topk=2),
-    DecodingSettings(tree_budget=9, tree_topk=3),
-    DecodingSettings(tree_budget=24, tree_topk=4, prompt_lookup_tokens=5),
+    DecodingSettings(budget="fixed", tree_budget=3, tree_topk=2),
+    DecodingSettings(budget="fixed", tree_budget=9, tree_topk=3),
+    DecodingSettings(budget="fixed", tree_budget=24, tree_topk=4, prompt_lookup_tokens=5),
 ]
 
 
@@ -52,14 +52,14 @@ def test_a_tree_accepts_the_runner_up_a_chain_misses(target, prompt, block_size)
     chain = oracle(target, prompt, block_size, j, NEW_TOKENS, eos_token_id=None)  # right token ranks second at j
     out_chain = plain(target, prompt, max_new_tokens=NEW_TOKENS, assistant_model=chain)
     tree = oracle(target, prompt, block_size, j, NEW_TOKENS, eos_token_id=None)
-    tree.decoding = DecodingSettings(tree_budget=2 * k, tree_topk=2)
+    tree.decoding = DecodingSettings(budget="fixed", tree_budget=2 * k, tree_topk=2)
     out_tree = plain(target, prompt, max_new_tokens=NEW_TOKENS, assistant_model=tree)
     assert torch.equal(out_chain, out_tree)
     assert set(chain.last_acceptance_stats.accepted[:-1]) == {j}
     assert set(tree.last_acceptance_stats.accepted[:-1]) == {k}
 
 
-@pytest.mark.parametrize("settings", TREES + [DecodingSettings(prompt_lookup_tokens=6)], ids=_ids)
+@pytest.mark.parametrize("settings", TREES + [DecodingSettings(budget="fixed", prompt_lookup_tokens=6)], ids=_ids)
 @pytest.mark.parametrize("block_size", [2, 4, 16])
 def test_untrained_drafter_trees_give_plain_greedy_output(target, prompt, block_size, settings):
     drafter = make_drafter(target, block_size)
@@ -75,7 +75,7 @@ def test_prompt_lookup_branches_are_accepted_on_repetitive_text(arch):
     prompt = torch.tensor([[1, 3, 4, 5, 3, 4, 6, 7, 3]])
     torch.manual_seed(1)
     drafter = BlockDrafter.for_target(target, block_size=4, mask_token_id=7).eval()
-    drafter.decoding = DecodingSettings(prompt_lookup_tokens=6)
+    drafter.decoding = DecodingSettings(budget="fixed", prompt_lookup_tokens=6)
     out = plain(target, prompt, max_new_tokens=60, assistant_model=drafter)
     assert torch.equal(out, plain(target, prompt, max_new_tokens=60))
     stats = drafter.last_acceptance_stats
@@ -90,7 +90,7 @@ def test_eos_inside_a_tree_step(attn, eos_offset, prompt):
     eos = int(free[0, prompt.shape[1] + eos_offset])
     ref = target.generate(prompt, do_sample=False, max_new_tokens=NEW_TOKENS, eos_token_id=eos)
     drafter = oracle(target, prompt, 6, None, NEW_TOKENS)
-    drafter.decoding = DecodingSettings(tree_budget=10, tree_topk=2)
+    drafter.decoding = DecodingSettings(budget="fixed", tree_budget=10, tree_topk=2)
     out = target.generate(prompt, do_sample=False, max_new_tokens=NEW_TOKENS, eos_token_id=eos, assistant_model=drafter)
     assert torch.equal(out, ref)
 
@@ -98,7 +98,7 @@ def test_eos_inside_a_tree_step(attn, eos_offset, prompt):
 @pytest.mark.parametrize("max_new_tokens", [1, 2, 5, 11])
 def test_max_length_inside_a_tree_step(target, prompt, max_new_tokens):
     drafter = oracle(target, prompt, 8, None, max_new_tokens, eos_token_id=None)
-    drafter.decoding = DecodingSettings(tree_budget=12, tree_topk=2, prompt_lookup_tokens=4)
+    drafter.decoding = DecodingSettings(budget="fixed", tree_budget=12, tree_topk=2, prompt_lookup_tokens=4)
     out = plain(target, prompt, max_new_tokens=max_new_tokens, assistant_model=drafter)
     assert torch.equal(out, plain(target, prompt, max_new_tokens=max_new_tokens))
 
@@ -110,7 +110,7 @@ def test_streamer_scores_and_stopping_criteria_match_plain(target, prompt):
     common = dict(max_new_tokens=NEW_TOKENS, return_dict_in_generate=True, output_scores=True, output_logits=True)
     ref = plain(target, prompt, streamer=plain_rec, stopping_criteria=[stop], **common)
     drafter = oracle(target, prompt, 6, 3, NEW_TOKENS, eos_token_id=None)
-    drafter.decoding = DecodingSettings(tree_budget=8, tree_topk=2)
+    drafter.decoding = DecodingSettings(budget="fixed", tree_budget=8, tree_topk=2)
     out = plain(target, prompt, streamer=spec_rec, stopping_criteria=[stop], assistant_model=drafter, **common)
     assert torch.equal(out.sequences, ref.sequences)
     flat = lambda chunks: [t for c in chunks for t in c]  # noqa: E731
@@ -145,7 +145,7 @@ def test_cache_after_generate_equals_a_fresh_forward(target, prompt, do_sample, 
 
 def test_own_loop_refuses_what_it_does_not_return(target, prompt):
     drafter = make_drafter(target, 4)
-    drafter.decoding = DecodingSettings(tree_budget=6)
+    drafter.decoding = DecodingSettings(budget="fixed", tree_budget=6)
     with pytest.raises(ValueError, match="output_attentions"):
         target.generate(
             prompt, max_new_tokens=4, assistant_model=drafter, return_dict_in_generate=True, output_attentions=True
@@ -154,13 +154,13 @@ def test_own_loop_refuses_what_it_does_not_return(target, prompt):
 
 def test_decoding_settings_are_validated_and_saved(target, tmp_path):
     with pytest.raises(ValueError, match="tree_budget"):
-        DecodingSettings(tree_budget=-1)
+        DecodingSettings(budget="fixed", tree_budget=-1)
     with pytest.raises(ValueError, match="sampled_drafts"):
-        DecodingSettings(sampled_drafts="greedy")
+        DecodingSettings(budget="fixed", sampled_drafts="greedy")
     drafter = make_drafter(target, 4)
     with pytest.raises(ValueError, match="unknown decoding settings"):
         drafter.decoding = {"tree_size": 3}
-    drafter.decoding = DecodingSettings(tree_budget=12, prompt_lookup_tokens=3)
+    drafter.decoding = DecodingSettings(budget="fixed", tree_budget=12, prompt_lookup_tokens=3)
     drafter.save_pretrained(tmp_path)
     assert BlockDrafter.from_pretrained(tmp_path).decoding == drafter.decoding
 
@@ -168,7 +168,7 @@ def test_decoding_settings_are_validated_and_saved(target, tmp_path):
 def test_flex_attention_targets_verify_trees_with_a_block_mask(prompt):
     target = tiny_target("llama", attn="flex_attention")
     drafter = oracle(target, prompt, 5, 1, 20, eos_token_id=None)
-    drafter.decoding = DecodingSettings(tree_budget=8, tree_topk=2)
+    drafter.decoding = DecodingSettings(budget="fixed", tree_budget=8, tree_topk=2)
     out = plain(target, prompt, max_new_tokens=20, assistant_model=drafter)
     assert torch.equal(out, plain(target, prompt, max_new_tokens=20))
     assert drafter.last_acceptance_stats.accepted[0] == 4  # the runner-up at position 1 was verified in the tree

@@ -35,7 +35,7 @@ def measure_cost_curve(target: PreTrainedModel, context: int = 200, sizes=SIZES,
             out = target(ids[:, context : context + n], **{arg: cache}, use_cache=True)
             out.logits[0, -1, 0].item()  # wait for the device
             times.append(time.perf_counter() - start)
-            cache.crop(context)
+            cache.crop(-n)
         ms[n] = 1000 * statistics.median(times[1:])
     return {"context": context, "ms": ms, "x_one": {n: ms[n] / ms[sizes[0]] for n in sizes}}
 

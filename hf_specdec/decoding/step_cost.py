@@ -88,14 +88,16 @@ class StepCostModel:
         self.save()
 
     def save(self) -> None:
-        if self.path is None or self.pinned:
+        """Write this curve into the cache file (`path`, else `cache_path()` now); nothing while pinned."""
+        path = self.path or cache_path()
+        if path is None or self.pinned:
             return
-        saved = _read(self.path)
+        saved = _read(path)
         saved[self.key] = {str(n): v for n, v in self.points.items()}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(f".tmp{os.getpid()}")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
         tmp.write_text(json.dumps(saved, indent=1), encoding="utf-8")
-        tmp.replace(self.path)
+        tmp.replace(path)
 
     def __str__(self) -> str:
         curve = self.curve()
@@ -126,7 +128,7 @@ def cost_model(target: PreTrainedModel) -> StepCostModel:
     if key not in _MODELS:
         path = cache_path()
         points = _read(path).get(key) if path is not None else None
-        _MODELS[key] = StepCostModel(key, points, path)
+        _MODELS[key] = StepCostModel(key, points)
     return _MODELS[key]
 
 
