@@ -80,10 +80,11 @@ def test_budget_verifies_everything_where_it_is_free_and_nothing_where_it_is_dea
     budget = Budget(dear, wrong, draft_seconds=0.001)
     assert len(budget.choose([tree], 1)[0]) == 0
     budget.after_drafted_step([tree], 1)
-    left = budget.plain_left
-    assert left >= 1 and [budget.drafting() for _ in range(left + 1)] == [False] * left + [True]  # then a probe
+    left = wrong.schedule[1][0]
+    assert left >= 1 and [budget.drafting(1) for _ in range(left + 1)] == [False] * left + [True]  # then a probe
     budget.after_drafted_step([tree], 1)
-    assert budget.plain_left > left  # a probe that confirms it: plain for longer
+    assert wrong.schedule[1][0] > left  # a probe that confirms it: plain for longer
+    assert Budget(dear, wrong).drafting(1) is False  # kept with the drafter: the next call starts plain
     assert len(keep_best(tree, 3, sure)) == 3
 
 

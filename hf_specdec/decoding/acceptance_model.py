@@ -34,6 +34,9 @@ class AcceptanceModel:
     """Per-depth acceptance counts for each node source ("drafted", "sampled", "lookup")."""
 
     counts: dict[str, dict[int, DepthCounts]] = field(default_factory=lambda: {k: {} for k in PRIOR_RATE})
+    # per batch size: [plain steps left before the next probe, plain steps after the next failed probe]; kept with
+    # the drafter, so a later call at the same load starts where this one left off instead of probing afresh
+    schedule: dict[int, list[int]] = field(default_factory=dict)
 
     def record(self, tree: DraftTree, path: list[int]) -> None:
         """Count a verified tree whose accepted nodes (root to leaf) are `path`."""
@@ -75,6 +78,7 @@ class AcceptanceModel:
 
     def reset(self) -> None:
         self.counts = {k: {} for k in PRIOR_RATE}
+        self.schedule = {}
 
 
 def source(tree: DraftTree, node: int) -> str:

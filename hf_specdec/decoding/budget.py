@@ -38,14 +38,14 @@ class Budget:
 
     costs: StepCostModel
     acceptance: AcceptanceModel
-    plain_left: int = 0  # plain steps before the next probe
-    backoff: int = 2
     draft_seconds: float | None = None  # drafter time per row and step, measured
 
-    def drafting(self) -> bool:
-        """Whether this step runs the drafter (False: a plain one-token step)."""
-        if self.plain_left > 0:
-            self.plain_left -= 1
+    def drafting(self, rows: int) -> bool:
+        """Whether this step runs the drafter (False: a plain one-token step); the plain/probe schedule of this
+        batch size lives on the acceptance model, so it carries over between calls."""
+        schedule = self.acceptance.schedule.setdefault(rows, [0, 2])
+        if schedule[0] > 0:
+            schedule[0] -= 1
             return False
         return True
 
@@ -67,15 +67,16 @@ class Budget:
     def after_drafted_step(self, trees: list[DraftTree], rows: int) -> None:
         """Switch to plain steps when the best drafted rate of this step's drafts loses to plain decoding."""
         plain = self.costs.cost(rows)
-        if plain is None or any(not self.costs.measured(rows * g) for g in GRID[:2]):
-            return
+        if plain is None or any(not self.costs.measured(rows * g) for g in GRID[:2]) or not any(map(len, trees)):
+            return  # nothing to judge by (no curve yet, or no room left to draft in)
         values = [sorted(self.acceptance.node_values(t), reverse=True) for t in trees]
         most = max((len(v) for v in values), default=0)
         best = self._best(values, rows, most)
+        schedule = self.acceptance.schedule.setdefault(rows, [0, 2])
         if self._rate(values, rows, best) < rows / plain:
-            self.plain_left, self.backoff = self.backoff, min(MAX_BACKOFF, 2 * self.backoff)
+            schedule[:] = [schedule[1], min(MAX_BACKOFF, 2 * schedule[1])]
         else:
-            self.backoff = 2
+            schedule[1] = 2
 
     def _unmeasured(self, rows: int, most: int) -> int | None:
         """The smallest grid size (drafts per row) whose cost is not measured yet, if any fits; none once a

@@ -45,7 +45,7 @@ def speculative_step(batch: SpeculativeBatch) -> None:
         return
     # 1) draft (the adaptive budget may skip the drafter, or keep only the nodes worth verifying)
     started = time.perf_counter()
-    drafting = budget is None or budget.drafting()
+    drafting = budget is None or budget.drafting(len(rows))
     full = [draft_tree(batch, row) if drafting else DraftTree() for row in rows]
     trees = budget.choose(full, len(rows)) if budget is not None and drafting else full
     draft_seconds = time.perf_counter() - started
