@@ -137,3 +137,15 @@ def test_adaptive_batch_and_server_output_is_plain_greedy(per_token):
     server.run()
     for request, p in zip(requests, prompts, strict=True):
         assert torch.equal(request.output_ids, target.generate(p[None], max_new_tokens=11, do_sample=False)[0])
+
+
+def test_decisions_on_the_issue_curves_follow_the_hardware():
+    from hf_specdec.bench.budget_decisions import decision
+
+    xeon_bf16 = {1: 392, 2: 505, 4: 1144, 8: 1464, 16: 2082, 32: 3439}  # 8 tokens cost 3.7x one
+    flat = {1: 200, 2: 200, 4: 205, 8: 210, 16: 220, 32: 260}  # a GPU-like curve
+    weak, strong = [0.13] + [0.1] * 6, [0.8] * 7
+    assert decision(xeon_bf16, weak, draft_ms=30)["plain_steps"]  # nothing pays: plain one-token steps
+    assert decision(xeon_bf16, strong, draft_ms=30)["drafts"] == 1  # a strong drafter: one draft a step
+    assert decision(flat, strong, draft_ms=30)["drafts"] >= 5  # verifying is nearly free: (nearly) the whole block
+    assert decision(flat, strong, draft_ms=30)["expected_speedup"] > 2.5
