@@ -23,19 +23,30 @@ NEW_TOKENS = 29
 AUTO = DecodingSettings(budget="auto", tree_budget=6, prompt_lookup_tokens=3)
 
 
+PINNED = []  # targets given a curve by `machine`: unpinned after each test, so other tests measure for real
+
+
+@pytest.fixture(autouse=True)
+def unpin_curves():
+    yield
+    while PINNED:
+        cost_model(PINNED.pop()).reset()
+
+
 def machine(target, per_token: float) -> None:
-    """Make `target`'s measured curve: one token costs 10 ms, each further fed token `per_token` of that."""
+    """Give `target` a curve: a row of one token costs 10 ms, each further fed token `per_token` of that."""
     model = cost_model(target)
     model.reset()
-    for fed in range(1, 200):
-        model.record(fed, 0.010 * (1 + per_token * (fed - 1)))
+    PINNED.append(target)
+    for rows in range(1, 5):  # pinned: real timings of the tiny model do not move it
+        model.pin({fed: 0.010 * rows * (1 + per_token * (fed - 1)) for fed in range(1, 200)}, rows)
 
 
 def test_cost_model_interpolates_extrapolates_and_is_saved_per_target(tmp_path, monkeypatch):
     model = StepCostModel("k")
     assert model.cost(4) is None and "nothing measured" in str(model)
     for fed, seconds in ((1, 0.1), (1, 0.3), (1, 0.2), (5, 0.6)):
-        model.record(fed, seconds)
+        model.record(fed, seconds)  # one row
     assert model.cost(1) == pytest.approx(0.2)  # median of the samples
     assert model.cost(3) == pytest.approx(0.4)  # linear between measured points
     assert model.cost(9) == pytest.approx(1.0)  # the last slope beyond them
@@ -46,7 +57,10 @@ def test_cost_model_interpolates_extrapolates_and_is_saved_per_target(tmp_path, 
     saved.record(3, 0.5)
     saved.save()
     stored = json.loads((tmp_path / "step_costs.json").read_text())
-    assert stored[saved.key] == {"3": [0.5]} and "cpu" in saved.key and "threads=" in saved.key
+    assert stored[saved.key] == {"1": {"3": [0.5]}} and "cpu" in saved.key and "threads=" in saved.key
+    saved.record(1, 0.9, rows=8)  # eight rows of one token: their own curve, never guessed from one row's
+    assert saved.cost(1, rows=8) == pytest.approx(0.9) and saved.cost(8) == pytest.approx(0.5)
+    assert saved.cost(1, rows=4) is None
     assert "fed tokens" in str(hf_specdec.cost_model(target)) and hf_specdec.cost_model(target) is saved
     saved.reset()
     assert json.loads((tmp_path / "step_costs.json").read_text())[saved.key] == {}

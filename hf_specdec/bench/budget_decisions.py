@@ -29,10 +29,10 @@ def taught_model(rates: list[float], steps: int = 400) -> AcceptanceModel:
 
 
 def decision(curve_ms: dict[int, float], rates: list[float], rows: int = 1, draft_ms: float = 0.0) -> dict:
-    """The budget's choice for a chain of len(rates) drafts on `curve_ms` ({fed tokens per row: ms}, rows=1):
+    """The budget's choice for a chain of len(rates) drafts on `curve_ms` ({fed tokens per row: ms} of `rows` rows):
     drafts verified per step, expected tokens per step, expected speedup over plain steps."""
     costs = StepCostModel("pinned")
-    costs.pin({n * rows: ms / 1000 for n, ms in curve_ms.items()})
+    costs.pin({n: ms / 1000 for n, ms in curve_ms.items()}, rows)
     model = taught_model(rates)
     chain = DraftTree()
     for d in range(len(rates)):
@@ -40,10 +40,10 @@ def decision(curve_ms: dict[int, float], rates: list[float], rows: int = 1, draf
     budget = Budget(costs, model, draft_seconds=draft_ms / 1000)
     values = [sorted(model.node_values(chain), reverse=True)] * rows
     best = budget._best(values, rows, len(rates))
-    rate, plain = budget._rate(values, rows, best), rows / costs.cost(rows)
+    rate, plain = budget._rate(values, rows, best), rows / costs.cost(1, rows)
     return {
         "drafts": best,
-        "expected_tokens_per_step": rate * (costs.cost(rows * (1 + best)) + rows * draft_ms / 1000) / rows,
+        "expected_tokens_per_step": rate * (costs.cost(1 + best, rows) + rows * draft_ms / 1000) / rows,
         "expected_speedup": max(rate, plain) / plain,
         "plain_steps": rate < plain,
     }

@@ -9,10 +9,10 @@ first tree's path scores). Per step, for a batch of B rows whose drafts were bui
   1 + (sum of their v) (greedy verification accepts at most one child per node, so the sum is the expected
   accepted length);
 - the budget picks the N (the same for all rows: they are padded to one width) maximising
-  sum over rows of (1 + E_b(N)) / (cost(B * (1 + N)) + drafter seconds), and keeps those nodes;
-- when even the best N commits fewer tokens per second than plain one-token steps (B / cost(B)), the next steps are
-  plain (no drafter pass at all) for a while, twice as long each time a probe confirms it, and one drafted step
-  probes again. With many rows on a compute-bound device this is what happens: drafting stops.
+  sum over rows of (1 + E_b(N)) / (cost(B rows x (1 + N)) + drafter seconds), and keeps those nodes;
+- when even the best N commits fewer tokens per second than plain one-token steps (B / cost(B rows x 1)), the next
+  steps are plain (no drafter pass at all) for a while, twice as long each time a probe confirms it, and one
+  drafted step probes again. With many rows on a compute-bound device this is what happens: drafting stops.
 - sizes whose cost is not measured yet are verified first, in real steps (`step_cost.GRID`), so the curve is
   filled in by the work itself; larger sizes are not tried once a measured one costs about its token count in
   one-token forwards (nothing larger can pay there).
@@ -59,15 +59,15 @@ class Budget:
 
     def observe(self, rows: int, fed: int, seconds: float, drafted: bool, draft_seconds: float) -> None:
         """Record a step's target forward (`rows` x `fed` tokens) and, after a drafted step, decide on plain mode."""
-        self.costs.record(rows * fed, seconds)
+        self.costs.record(fed, seconds, rows)
         if drafted and draft_seconds > 0:
             per_row = draft_seconds / rows
             self.draft_seconds = per_row if self.draft_seconds is None else 0.7 * self.draft_seconds + 0.3 * per_row
 
     def after_drafted_step(self, trees: list[DraftTree], rows: int) -> None:
         """Switch to plain steps when the best drafted rate of this step's drafts loses to plain decoding."""
-        plain = self.costs.cost(rows)
-        if plain is None or any(not self.costs.measured(rows * g) for g in GRID[:2]) or not any(map(len, trees)):
+        plain = self.costs.cost(1, rows)
+        if plain is None or any(not self.costs.measured(g, rows) for g in GRID[:2]) or not any(map(len, trees)):
             return  # nothing to judge by (no curve yet, or no room left to draft in)
         values = [sorted(self.acceptance.node_values(t), reverse=True) for t in trees]
         most = max((len(v) for v in values), default=0)
@@ -82,18 +82,18 @@ class Budget:
         """The smallest grid size (drafts per row) whose cost is not measured yet, if any fits; none once a
         measured size costs (nearly) its token count in one-token forwards: the device is compute-bound there,
         so no larger size can pay (at most 1 + N tokens come of N drafts) and measuring it would only cost."""
-        one = self.costs.cost(rows) if self.costs.measured(rows) else None
+        one = self.costs.cost(1, rows) if self.costs.measured(1, rows) else None
         for fed in GRID:
             if fed - 1 > most:
                 return None
-            if not self.costs.measured(rows * fed):
+            if not self.costs.measured(fed, rows):
                 return fed - 1
-            if one is not None and fed > 1 and self.costs.cost(rows * fed) >= 0.9 * fed * one:
+            if one is not None and fed > 1 and self.costs.cost(fed, rows) >= 0.9 * fed * one:
                 return None
         return None
 
     def _rate(self, values: list[list[float]], rows: int, n: int) -> float:
-        cost = self.costs.cost(rows * (1 + n))
+        cost = self.costs.cost(1 + n, rows)
         if cost is None:
             return 0.0
         committed = sum(1.0 + sum(v[:n]) for v in values)

@@ -2,8 +2,8 @@
 
 Drafting pays only where verifying n tokens costs little more than one, and that depends on the hardware: on a GPU
 the curve is flat far past 8 tokens, on one CPU 8 tokens cost 1.1x one token and on another 2.7x. So the cost is
-measured, never assumed: every speculative step records the seconds of its target forward against the tokens it
-fed (all rows together), and the adaptive budget (`budget.py`) reads the curve back. Points not measured yet are
+measured, never assumed: every speculative step records the seconds of its target forward against the rows and the
+tokens it fed per row, and the adaptive budget (`budget.py`) reads the curve back. Points not measured yet are
 filled in by the budget itself, which verifies those sizes in real steps first (nothing is run just to measure).
 
 One model per (target weights, device, dtype, torch threads, CPU model); kept for the process and saved as JSON
@@ -28,57 +28,59 @@ _MODELS: dict[str, StepCostModel] = {}
 
 
 class StepCostModel:
-    """Seconds of one target forward as a function of the tokens fed (rows x slots), measured on this machine."""
+    """Seconds of one target forward as a function of the rows in it and the tokens fed per row, measured here.
 
-    def __init__(self, key: str, points: dict[int, list[float]] | None = None, path: Path | None = None) -> None:
+    Rows count on their own: on a CPU one row of 8 tokens costs far less than 8 rows of one token (every row reads
+    its own KV cache), so a batch's curve is never guessed from a single sequence's.
+    """
+
+    def __init__(self, key: str, points: dict | None = None, path: Path | None = None) -> None:
         self.key = key
-        self.points: dict[int, list[float]] = {int(n): list(v) for n, v in (points or {}).items()}
+        self.points: dict[int, dict[int, list[float]]] = _parse(points or {})
         self.path = path
         self.pinned = False
 
-    def record(self, tokens: int, seconds: float) -> None:
-        """One measured forward over `tokens` fed tokens (ignored while the curve is pinned)."""
+    def record(self, fed: int, seconds: float, rows: int = 1) -> None:
+        """One measured forward over `rows` x `fed` tokens (ignored while the curve is pinned)."""
         if self.pinned:
             return
-        samples = self.points.setdefault(int(tokens), [])
+        samples = self.points.setdefault(int(rows), {}).setdefault(int(fed), [])
         samples.append(float(seconds))
         del samples[:-SAMPLES]
 
-    def measured(self, tokens: int) -> bool:
-        """Whether a point within a quarter of `tokens` (at least one token) has been measured: close enough to
-        interpolate, so the budget does not spend real steps measuring every row count of a busy server."""
-        return any(abs(n - tokens) <= max(1.0, 0.25 * tokens) for n in self.points)
+    def measured(self, fed: int, rows: int = 1) -> bool:
+        """Whether a point within a quarter of `fed` (at least one token) is measured for `rows` rows: close enough
+        to interpolate, so the budget does not spend real steps measuring every size."""
+        return any(abs(n - fed) <= max(1.0, 0.25 * fed) for n in self.points.get(int(rows), {}))
 
-    def cost(self, tokens: int) -> float | None:
-        """Seconds for `tokens` fed tokens: the median at a measured point, linear between measured points, the
-        last slope beyond them (never below the largest measured cost); None before anything is measured."""
-        curve = self.curve()
+    def cost(self, fed: int, rows: int = 1) -> float | None:
+        """Seconds for `rows` x `fed` tokens: the median at a measured point, linear between measured points, the
+        last slope beyond them; None before anything is measured for `rows` rows."""
+        curve = self.curve(rows)
         if not curve:
             return None
         ns = sorted(curve)
-        if tokens in curve:
-            return curve[tokens]
-        below = [n for n in ns if n < tokens]
-        above = [n for n in ns if n > tokens]
+        if fed in curve:
+            return curve[fed]
+        below, above = [n for n in ns if n < fed], [n for n in ns if n > fed]
         if below and above:
             lo, hi = below[-1], above[0]
-            return curve[lo] + (curve[hi] - curve[lo]) * (tokens - lo) / (hi - lo)
-        if above:  # below the smallest measured point: never cheaper than nothing, never dearer than it
+            return curve[lo] + (curve[hi] - curve[lo]) * (fed - lo) / (hi - lo)
+        if above:  # below the smallest measured point: never dearer than it
             return curve[above[0]]
         if len(ns) == 1:
             return curve[ns[0]]
         lo, hi = ns[-2], ns[-1]
-        slope = max(0.0, (curve[hi] - curve[lo]) / (hi - lo))
-        return curve[hi] + slope * (tokens - hi)
+        return curve[hi] + max(0.0, (curve[hi] - curve[lo]) / (hi - lo)) * (fed - hi)
 
-    def curve(self) -> dict[int, float]:
-        """{fed tokens: median seconds} of every measured point."""
-        return {n: statistics.median(v) for n, v in sorted(self.points.items()) if v}
+    def curve(self, rows: int = 1) -> dict[int, float]:
+        """{fed tokens per row: median seconds} of every point measured with `rows` rows."""
+        return {n: statistics.median(v) for n, v in sorted(self.points.get(int(rows), {}).items()) if v}
 
-    def pin(self, curve: dict[int, float]) -> None:
-        """Decide with `curve` ({fed tokens: seconds}, e.g. measured on another machine) and stop measuring, until
-        `reset()`. Not saved."""
-        self.points = {int(n): [float(s)] for n, s in curve.items()}
+    def pin(self, curve: dict[int, float], rows: int = 1) -> None:
+        """Decide with `curve` ({fed tokens per row: seconds} for `rows` rows, e.g. measured on another machine)
+        and stop measuring, until `reset()`. Not saved."""
+        self.points[int(rows)] = {int(n): [float(s)] for n, s in curve.items()}
         self.pinned = True
 
     def reset(self) -> None:
@@ -93,22 +95,23 @@ class StepCostModel:
         if path is None or self.pinned:
             return
         saved = _read(path)
-        saved[self.key] = {str(n): v for n, v in self.points.items()}
+        saved[self.key] = {str(r): {str(n): v for n, v in fed.items()} for r, fed in self.points.items()}
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".tmp{os.getpid()}")
         tmp.write_text(json.dumps(saved, indent=1), encoding="utf-8")
         tmp.replace(path)
 
     def __str__(self) -> str:
-        curve = self.curve()
-        if not curve:
+        if not self.points:
             return f"step-cost model {self.key}: nothing measured yet"
-        one = curve.get(1)
-        rows = [f"step-cost model {self.key}", "  fed tokens   ms per forward   x one token"]
-        for n, seconds in curve.items():
-            ratio = f"{seconds / one:10.2f}" if one else "         -"
-            rows.append(f"  {n:10d}   {1000 * seconds:14.1f}   {ratio}")
-        return "\n".join(rows)
+        lines = [f"step-cost model {self.key}", "  rows   fed tokens per row   ms per forward   x one token"]
+        for rows in sorted(self.points):
+            curve = self.curve(rows)
+            one = curve.get(1)
+            for n, seconds in curve.items():
+                ratio = f"{seconds / one:10.2f}" if one else "         -"
+                lines.append(f"  {rows:4d}   {n:18d}   {1000 * seconds:14.1f}   {ratio}")
+        return "\n".join(lines)
 
     __repr__ = __str__
 
@@ -136,6 +139,11 @@ def cache_path() -> Path | None:
     """Where curves are saved: $HF_SPECDEC_CACHE/step_costs.json (default ~/.cache/hf_specdec); "" = not saved."""
     root = os.environ.get("HF_SPECDEC_CACHE", str(Path.home() / ".cache" / "hf_specdec"))
     return Path(root) / "step_costs.json" if root else None
+
+
+def _parse(points: dict) -> dict[int, dict[int, list[float]]]:
+    """{rows: {fed: samples}} from the saved JSON (string keys)."""
+    return {int(r): {int(n): list(v) for n, v in fed.items()} for r, fed in points.items() if isinstance(fed, dict)}
 
 
 def _read(path: Path) -> dict:
