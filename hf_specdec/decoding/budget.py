@@ -14,8 +14,8 @@ first tree's path scores). Per step, for a batch of B rows whose drafts were bui
   steps are plain (no drafter pass at all) for a while, twice as long each time a probe confirms it, and one
   drafted step probes again. With many rows on a compute-bound device this is what happens: drafting stops.
 - sizes whose cost is not measured yet are verified first, in real steps (`step_cost.GRID`), so the curve is
-  filled in by the work itself; larger sizes are not tried once a measured one costs about its token count in
-  one-token forwards (nothing larger can pay there).
+  filled in by the work itself, but only sizes that could still pay (judged by the cheapest cost they can have);
+  none past a size that costs about its token count in one-token forwards (nothing larger can pay there).
 
 Lossless: the budget only removes nodes before verification (a subtree stays a valid draft with the exact q each
 node was drawn from); what is accepted is decided by the acceptance rule alone.
@@ -53,7 +53,7 @@ class Budget:
         """Keep in every row the N highest-valued nodes, N chosen for the most committed tokens per second."""
         values = [sorted(self.acceptance.node_values(t), reverse=True) for t in trees]
         most = max((len(v) for v in values), default=0)
-        explore = self._unmeasured(rows, most)
+        explore = self._unmeasured(values, rows, most)
         n = explore if explore is not None else self._best(values, rows, most)
         return [keep_best(tree, n, self.acceptance) for tree in trees]
 
@@ -78,17 +78,29 @@ class Budget:
         else:
             schedule[1] = 2
 
-    def _unmeasured(self, rows: int, most: int) -> int | None:
-        """The smallest grid size (drafts per row) whose cost is not measured yet, if any fits; none once a
-        measured size costs (nearly) its token count in one-token forwards: the device is compute-bound there,
-        so no larger size can pay (at most 1 + N tokens come of N drafts) and measuring it would only cost."""
+    def _unmeasured(self, values: list[list[float]], rows: int, most: int) -> int | None:
+        """The smallest grid size (drafts per row) not measured yet that could still pay, if any fits.
+
+        Measuring a size costs a real step at that size, so a size is skipped when even its cheapest possible cost
+        (that of the largest measured size below it: cost only grows with size) cannot beat the best rate already
+        in reach with these drafts; and none is tried past a size that costs (nearly) its token count in one-token
+        forwards (the device is compute-bound there: no larger size can pay)."""
         one = self.costs.cost(1, rows) if self.costs.measured(1, rows) else None
+        known = [n for n in range(most + 1) if self.costs.measured(1 + n, rows)]
+        best = max((self._rate(values, rows, n) for n in known), default=0.0)  # rates of sizes already measured
+        floor = None  # cost of the largest measured size so far
         for fed in GRID:
             if fed - 1 > most:
                 return None
             if not self.costs.measured(fed, rows):
-                return fed - 1
-            if one is not None and fed > 1 and self.costs.cost(fed, rows) >= 0.9 * fed * one:
+                if floor is None:
+                    return fed - 1
+                committed = sum(1.0 + sum(v[: fed - 1]) for v in values)
+                if committed / (floor + rows * (self.draft_seconds or 0.0)) > best:
+                    return fed - 1
+                continue
+            floor = self.costs.cost(fed, rows)
+            if one is not None and fed > 1 and floor >= 0.9 * fed * one:
                 return None
         return None
 

@@ -104,8 +104,9 @@ def batched_generate(
 def _refuse_unsupported(generation_config: GenerationConfig, model_kwargs: dict) -> None:
     if generation_config.output_attentions or generation_config.output_hidden_states:
         raise ValueError(
-            "output_attentions / output_hidden_states are not returned by hf_specdec's tree and sampling loop; "
-            "unset them, or set drafter.decoding = DecodingSettings(sampled_drafts='argmax') for argmax chains."
+            "output_attentions / output_hidden_states are not returned by hf_specdec's loop (the adaptive budget, "
+            "trees, prompt lookup, exact-q sampling); unset them, or pin a plain argmax chain for this call: "
+            "drafter.decoding = DecodingSettings(budget='fixed', sampled_drafts='argmax')."
         )
     mask = model_kwargs.get("attention_mask")
     if mask is not None and not bool(mask.all()):
