@@ -123,6 +123,24 @@ def saved_run_inputs(folder, sequences: int = 3, length: int = 40, drafter_cls=B
     return target
 
 
+def assert_batch_and_server_equal_plain(target, drafter, prompts: list, new_tokens: int) -> None:
+    """Left-padded batched generate and the server with `drafter` give every prompt ((T,) ids) plain greedy's tokens."""
+    width = max(len(p) for p in prompts)
+    ids = torch.zeros(len(prompts), width, dtype=torch.long)
+    mask = torch.zeros(len(prompts), width, dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p) :], mask[i, width - len(p) :] = p, 1
+    plain = target.generate(ids, attention_mask=mask, max_new_tokens=new_tokens, do_sample=False)
+    out = target.generate(ids, attention_mask=mask, max_new_tokens=new_tokens, do_sample=False, assistant_model=drafter)
+    assert torch.equal(out, plain)
+    server = hf_specdec.SpeculativeServer(target, drafter, max_batch_size=2, do_sample=False)
+    requests = [server.submit(p, new_tokens) for p in prompts]
+    server.run()
+    for request, p in zip(requests, prompts, strict=True):
+        alone = target.generate(p[None], max_new_tokens=new_tokens, do_sample=False)[0]
+        assert torch.equal(request.output_ids, alone)
+
+
 def make_drafter(target, block_size: int, cls=BlockDrafter, seed: int = 1, **kwargs):
     torch.manual_seed(seed)
     return cls.for_target(target, block_size=block_size, mask_token_id=MASK_ID, **kwargs).eval()

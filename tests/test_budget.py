@@ -10,7 +10,7 @@ import json
 
 import pytest
 import torch
-from conftest import VOCAB, oracle, tiny_target
+from conftest import VOCAB, assert_batch_and_server_equal_plain, oracle, tiny_target
 
 import hf_specdec
 from hf_specdec import DecodingSettings
@@ -99,7 +99,7 @@ def test_budget_verifies_everything_where_it_is_free_and_nothing_where_it_is_dea
     budget.after_drafted_step([tree], 1)
     assert wrong.schedule[1][0] > left  # a probe that confirms it: plain for longer
     assert Budget(dear, wrong).drafting(1) is False  # kept with the drafter: the next call starts plain
-    assert len(keep_best(tree, 3, sure)) == 3
+    assert len(keep_best(tree, 3, sure.node_values(tree))) == 3
 
 
 def test_budget_measures_unmeasured_sizes_first_in_real_steps():
@@ -139,18 +139,7 @@ def test_adaptive_batch_and_server_output_is_plain_greedy(per_token):
     prompts = [torch.randint(3, VOCAB - 1, (n,), generator=g) for n in (9, 5, 12)]
     drafter = oracle(target, prompts[0][None], 4, None, NEW_TOKENS)
     drafter.decoding = AUTO
-    ids = torch.zeros(3, 12, dtype=torch.long)
-    mask = torch.zeros(3, 12, dtype=torch.long)
-    for i, p in enumerate(prompts):
-        ids[i, 12 - len(p) :], mask[i, 12 - len(p) :] = p, 1
-    plain = target.generate(ids, attention_mask=mask, max_new_tokens=11, do_sample=False)
-    out = target.generate(ids, attention_mask=mask, max_new_tokens=11, do_sample=False, assistant_model=drafter)
-    assert torch.equal(out, plain)
-    server = hf_specdec.SpeculativeServer(target, drafter, max_batch_size=2, do_sample=False)
-    requests = [server.submit(p, 11) for p in prompts]
-    server.run()
-    for request, p in zip(requests, prompts, strict=True):
-        assert torch.equal(request.output_ids, target.generate(p[None], max_new_tokens=11, do_sample=False)[0])
+    assert_batch_and_server_equal_plain(target, drafter, prompts, 11)
 
 
 def test_decisions_on_the_issue_curves_follow_the_hardware():

@@ -8,7 +8,7 @@ table and the model card all pick it up from `register_drafter_kind`, and greedy
 from __future__ import annotations
 
 import torch
-from conftest import MASK_ID, VOCAB, tiny_target
+from conftest import MASK_ID, VOCAB, assert_batch_and_server_equal_plain, tiny_target
 from transformers import AutoModel
 
 import hf_specdec
@@ -84,18 +84,7 @@ def test_batch_and_server_equal_plain_greedy():
     drafter = echo_drafter(target)
     g = torch.Generator().manual_seed(4)
     prompts = [torch.randint(3, VOCAB - 1, (n,), generator=g) for n in (7, 11, 5)]
-    ids = torch.zeros(3, 11, dtype=torch.long)
-    mask = torch.zeros(3, 11, dtype=torch.long)
-    for i, p in enumerate(prompts):
-        ids[i, 11 - len(p) :], mask[i, 11 - len(p) :] = p, 1
-    plain = target.generate(ids, attention_mask=mask, max_new_tokens=9, do_sample=False)
-    out = target.generate(ids, attention_mask=mask, max_new_tokens=9, do_sample=False, assistant_model=drafter)
-    assert torch.equal(out, plain)
-    server = hf_specdec.SpeculativeServer(target, drafter, max_batch_size=2, do_sample=False)
-    requests = [server.submit(p, 9) for p in prompts]
-    server.run()
-    for request, p in zip(requests, prompts, strict=True):
-        assert torch.equal(request.output_ids, target.generate(p[None], max_new_tokens=9, do_sample=False)[0])
+    assert_batch_and_server_equal_plain(target, drafter, prompts, 9)
 
 
 def test_saved_kind_loads_by_auto_and_load_drafter_and_gets_its_card_and_policy(tmp_path):

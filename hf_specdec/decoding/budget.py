@@ -51,11 +51,12 @@ class Budget:
 
     def choose(self, trees: list[DraftTree], rows: int) -> list[DraftTree]:
         """Keep in every row the N highest-valued nodes, N chosen for the most committed tokens per second."""
-        values = [sorted(self.acceptance.node_values(t), reverse=True) for t in trees]
+        node_values = [self.acceptance.node_values(t) for t in trees]  # per tree, in node order
+        values = [sorted(v, reverse=True) for v in node_values]
         most = max((len(v) for v in values), default=0)
         explore = self._unmeasured(values, rows, most)
         n = explore if explore is not None else self._best(values, rows, most)
-        return [keep_best(tree, n, self.acceptance) for tree in trees]
+        return [keep_best(tree, n, v) for tree, v in zip(trees, node_values, strict=True)]
 
     def observe(self, rows: int, fed: int, seconds: float, drafted: bool, draft_seconds: float) -> None:
         """Record a step's target forward (`rows` x `fed` tokens) and, after a drafted step, decide on plain mode."""
@@ -115,11 +116,11 @@ class Budget:
         return max(range(most + 1), key=lambda n: (self._rate(values, rows, n), -n))
 
 
-def keep_best(tree: DraftTree, n: int, acceptance: AcceptanceModel) -> DraftTree:
-    """The subtree of `tree`'s `n` highest-valued nodes (ties: the earlier node, so parents come first)."""
+def keep_best(tree: DraftTree, n: int, values: list[float]) -> DraftTree:
+    """The subtree of `tree`'s `n` highest-valued nodes, `values` in node order (ties: the earlier node, so
+    parents come first)."""
     if n >= len(tree):
         return tree
-    values = acceptance.node_values(tree)
     order = sorted(range(len(tree)), key=lambda i: (-values[i], i))
     return tree.keep(order[:n])
 
