@@ -22,6 +22,7 @@ from .models.dblast import DBLASTCandidateGenerator, DBLASTConfig, DBLASTDrafter
 from .models.dcoco import DCOCOCandidateGenerator, DCOCOConfig, DCOCODrafter
 from .models.lm_head_strides import fix_lm_head_strides
 from .models.loading import load_drafter
+from .models.pard import PardCandidateGenerator, PardConfig, PardDrafter
 from .models.registry import DrafterKind, KindCard, register_drafter_kind
 from .models.settings import DecodingSettings
 from .verification.stats import AcceptanceStats
@@ -48,6 +49,9 @@ __all__ = [
     "cost_model",
     "fix_lm_head_strides",
     "load_drafter",
+    "PardCandidateGenerator",
+    "PardConfig",
+    "PardDrafter",
     "publish_drafter",
     "register_drafter_kind",
     "render_card",

@@ -7,8 +7,10 @@
 
 Takes the finished drafter (run/drafter) or, if training was stopped early, the last checkpoint (run/checkpoint),
 writes drafters/NAME/{config.json, model.safetensors, TRAINING.md, loss.png} and replaces what was there.
-Refuses checkpoints over 64 MiB. With --push_to_hub it then uploads that folder with a model card in one commit
-(`hf_specdec.hub.publish_drafter`); a drafter trained from a local target folder needs --target_id.
+NAME is one folder name (letters, digits, '.', '-', '_'; no path separators, not '.' or '..'). Refuses checkpoints
+over 64 MiB, before the drafter already there is touched. With --push_to_hub it then uploads that folder's weights,
+config, TRAINING.md and loss.png with a model card in one commit (`hf_specdec.hub.publish_drafter`; --dry_run lists
+them instead); a drafter trained from a local target folder needs --target_id.
 All of it is `hf_specdec.hub.ship.ship_drafter`.
 """
 
@@ -38,6 +40,9 @@ def main() -> None:
     )
     parser.add_argument("--target_revision", default=None, help="target revision the drafter was trained on")
     parser.add_argument("--benchmark_json", default=None, help="benchmark.json of scripts/benchmark.py for the card")
+    parser.add_argument(
+        "--dry_run", action="store_true", help="with --push_to_hub: list the files that would go up, send nothing"
+    )
     args = parser.parse_args()
     try:
         ship_drafter(
@@ -49,8 +54,9 @@ def main() -> None:
             target_id=args.target_id,
             target_revision=args.target_revision,
             benchmark_json=args.benchmark_json,
+            dry_run=args.dry_run,
         )
-    except ValueError as err:  # over the size limit, or no Hub id of the target to publish with
+    except ValueError as err:  # a bad --name, over the size limit, or nothing (safe) to publish with
         raise SystemExit(str(err)) from None
 
 

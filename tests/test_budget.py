@@ -152,3 +152,36 @@ def test_decisions_on_the_issue_curves_follow_the_hardware():
     assert decision(xeon_bf16, strong, draft_ms=30)["drafts"] == 1  # a strong drafter: one draft a step
     assert decision(flat, strong, draft_ms=30)["drafts"] >= 5  # verifying is nearly free: (nearly) the whole block
     assert decision(flat, strong, draft_ms=30)["expected_speedup"] > 2.5
+
+
+def test_drafting_that_really_commits_less_per_second_than_plain_backs_off():
+    """The models may be too hopeful (a flat curve, a confident drafter); what drafted steps really achieved decides
+    too: here they commit 20 tokens/s against plain steps' 100 (10 ms per row), so plain steps follow."""
+    tree = best_first_tree([[-0.01] * 2] * 7, [[5, 6]] * 7, 10)
+    hopeful = AcceptanceModel()
+    for _ in range(40):
+        hopeful.record(tree, tree.path_to(6))
+    flat = StepCostModel("flat")
+    for fed in range(1, 80):
+        flat.record(fed, 0.010)
+    budget = Budget(flat, hopeful, draft_seconds=0.001)
+    budget.after_drafted_step([tree], 1, realized=500.0)  # really fast: keeps drafting
+    assert budget.drafting(1)
+    for _ in range(3):
+        budget.after_drafted_step([tree], 1, realized=20.0)
+    assert not budget.drafting(1)
+
+
+def test_a_new_load_borrows_a_close_row_count_curve_and_plain_verdict():
+    costs = StepCostModel("load")
+    for fed in GRID:
+        costs.record(fed, 0.1 * fed, rows=8)
+    assert costs.measured(2, rows=7) and costs.cost(2, rows=7) == pytest.approx(0.2 * 7 / 8)
+    assert not costs.measured(2, rows=4) and costs.cost(2, rows=4) is None  # too far: measured afresh
+    costs.record(1, 0.05, rows=7)
+    assert costs.cost(1, rows=7) == pytest.approx(0.05) and costs.cost(3, rows=7) == pytest.approx(0.3 * 7 / 8)
+    acceptance = AcceptanceModel()
+    acceptance.schedule[6] = [0, 16]  # 6 rows: plain mode after failed probes
+    budget = Budget(costs, acceptance)
+    assert not budget.drafting(8)  # a heavier load (up to 2x): starts plain too
+    assert budget.drafting(5)  # a lighter one may pay: it probes for itself

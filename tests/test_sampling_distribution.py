@@ -19,7 +19,14 @@ from conftest import tiny_target
 from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper
 
 import hf_specdec
-from hf_specdec import BlockDraftCandidateGenerator, BlockDrafter, DBLASTDrafter, DCOCODrafter, DecodingSettings
+from hf_specdec import (
+    BlockDraftCandidateGenerator,
+    BlockDrafter,
+    DBLASTDrafter,
+    DCOCODrafter,
+    DecodingSettings,
+    PardDrafter,
+)
 from hf_specdec.decoding import step
 
 V = 8
@@ -39,6 +46,9 @@ CASES = {
     # the adaptive budget: sizes change from step to step (plain steps included), the distribution must not
     "adaptive budget": (DecodingSettings(budget="auto", sample_branches=2, prompt_lookup_tokens=2), 0.7, 5),
     "adaptive, plain steps": (DecodingSettings(budget="auto", sample_branches=2), 1.0, None),
+    # a PARD drafter (a small causal LM of the same vocabulary plus a mask token)
+    "pard chain": (DecodingSettings(budget="fixed"), 1.0, None),
+    "pard siblings+lookup": (DecodingSettings(budget="fixed", sample_branches=3, prompt_lookup_tokens=2), 0.7, 5),
 }
 # step-cost curves (seconds per fed token count) pinned for the adaptive cases: verifying free (drafts every step),
 # or dear (a drafted step does not pay: the budget verifies nothing, then takes plain steps)
@@ -88,6 +98,9 @@ def run_case(name, drafter_cls=BlockDrafter):
     target = tiny_target("llama", vocab=V, layers=2)
     torch.manual_seed(3)
     drafter = drafter_cls.for_target(target, block_size=3, mask_token_id=V - 1).eval()
+    if name.startswith("pard"):
+        lm = tiny_target("llama", vocab=V, layers=1, seed=7)  # another model of the same vocabulary
+        drafter = PardDrafter.from_causal_lm(lm, target, mask_token_id=V - 1, block_size=3).eval()
     if name == "dcoco walk":
         drafter = DCOCODrafter.from_block_drafter(drafter, corrector_candidates=4).eval()
         torch.nn.init.normal_(drafter.corrector.scorer_out.weight, std=2.0)  # transitions that matter
@@ -177,7 +190,10 @@ def _pit(trees, transform=None):
     return torch.tensor(values)
 
 
-@pytest.mark.parametrize("name", ["chain", "siblings+lookup top-k", "dcoco walk", "dblast mixture", "adaptive budget"])
+@pytest.mark.parametrize(
+    "name",
+    ["chain", "siblings+lookup top-k", "dcoco walk", "dblast mixture", "adaptive budget", "pard siblings+lookup"],
+)
 def test_q_handed_to_acceptance_is_the_distribution_drafts_were_drawn_from(name):
     _, _, trees = cached_run(name)
     values = _pit(trees)

@@ -54,6 +54,8 @@ from pathlib import Path
 # Set before transformers / huggingface_hub are imported anywhere in this process (when this module comes first).
 os.environ["HF_HUB_OFFLINE"] = "1"
 
+from ..models.base_models import offline_models_dir  # noqa: E402
+
 MARKER = ".hf_specdec_ok"
 DEFAULT_MODEL = "qwen2.5-coder-1.5b"
 
@@ -128,9 +130,8 @@ def _log(msg: str) -> None:
 
 
 def default_cache_dir() -> Path:
-    """``$HF_SPECDEC_MODELS`` if set, else ``~/.cache/hf_specdec/models``."""
-    env = os.environ.get("HF_SPECDEC_MODELS")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "hf_specdec" / "models"
+    """``$HF_SPECDEC_MODELS`` if set, else ``~/.cache/hf_specdec/models`` (where drafters look for their bases)."""
+    return offline_models_dir()
 
 
 def _spec(name: str) -> ModelSpec:

@@ -1,7 +1,9 @@
 """The acceptance model: how often a drafter's nodes are accepted, per depth, learned online from real steps.
 
 For every verified tree it counts, per depth d, the nodes whose parent was accepted ("tried" at d) and those that
-were accepted, separately for the drafter's best-first nodes, its sampled nodes and prompt-lookup nodes. For
+were accepted, separately for the drafter's best-first nodes, its sampled nodes and prompt-lookup nodes (those of
+rows whose previous step accepted a lookup node, which are copying a span, apart from the others: a copy run is
+bursty, so its next node is far likelier accepted than a fresh lookup's). For
 best-first nodes it also sums the drafter's own conditional probability q of each tried node, so that
 c_d = accepted / sum of q calibrates the drafter's confidence at depth d: the chance that a tried node is accepted is
 estimated as min(1, c_d * q_node) (the drafter's top-k probabilities, corrected by what it achieved). Lookup and
@@ -19,7 +21,8 @@ from dataclasses import dataclass, field
 from ..verification.tree import DraftTree
 
 DECAY = 0.98  # weight of the past per recorded step
-PRIOR_RATE = {"drafted": 0.5, "sampled": 0.5, "lookup": 0.3}  # before any evidence, per depth
+# before any evidence, per depth; "copying": lookup nodes of a row whose previous step accepted a lookup node
+PRIOR_RATE = {"drafted": 0.5, "sampled": 0.5, "lookup": 0.3, "copying": 0.7}
 
 
 @dataclass
@@ -83,7 +86,7 @@ class AcceptanceModel:
 
 def source(tree: DraftTree, node: int) -> str:
     if tree.lookup[node]:
-        return "lookup"
+        return "copying" if tree.copying else "lookup"
     return "sampled" if tree.q_of[node] >= 0 else "drafted"
 
 

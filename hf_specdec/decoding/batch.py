@@ -9,15 +9,18 @@ sequence: its cache stays unpadded and is cut with a crop where it can be.
 Each row has its own candidate generator (its drafter kind's, with its own context cache); the drafter runs once
 per row and step (it is small), the target once per step for the whole batch (`step.py`). Rows may join (`add`,
 prefilled as a sub-batch and merged into the cache) and leave (`drop`) between steps: continuous batching.
+`checkpoint()` returns a function that puts the batch back as it was, so a step or a join that raises half-way
+(out of memory in one layer, say) can be undone and retried.
 """
 
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
-from transformers import GenerationConfig, LogitsProcessorList, PreTrainedModel, StoppingCriteriaList
+from transformers import GenerationConfig, LogitsProcessorList, PretrainedConfig, PreTrainedModel, StoppingCriteriaList
 from transformers.cache_utils import DynamicCache
 from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria
 
@@ -41,6 +44,7 @@ class Row:
     padding: torch.LongTensor | None = None  # (1, P) left padding plain batched generate shows its processors
     processors: LogitsProcessorList | None = None  # the call's processors as they apply to this row
     done: bool = False
+    copying: bool = False  # its last step accepted a prompt-lookup node (the budget values lookup nodes by it)
     new_tokens: list[int] = field(default_factory=list)
     scores: list[torch.Tensor] | None = None  # (1, V) processed rows of committed tokens, when asked for
     logits: list[torch.Tensor] | None = None  # (1, V) raw rows of committed tokens, when asked for
@@ -90,13 +94,15 @@ class SpeculativeBatch:
         max_lengths: list[int],
         padding: list[int] | None = None,
         cache: DynamicCache | None = None,
+        processors: list[LogitsProcessorList] | None = None,
     ) -> list[Row]:
         """Prefill `prompts` ((T_i,) each) as a left-padded sub-batch, merge them in; returns their rows (each
         already holds its first generated token, like plain generate's first step). A row ends at
         `max_lengths[i]` tokens (prompt included), at EOS, or at a stopping criterion. `padding[i]` pad tokens are
         put before the row's tokens where logits processors look (length- and history-dependent processors then
         see what they see in a left-padded plain batch). `cache`: the (empty) cache to prefill into, for a first
-        sub-batch (generate() hands its own)."""
+        sub-batch (generate() hands its own). `processors[i]`: row i's own logits processors, as they apply to it
+        alone (the server builds them per request); default: the batch's, as plain batched generate applies them."""
         dev = self.target.device
         width = max(len(p) for p in prompts)
         ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long, device=dev)  # (b, width)
@@ -127,11 +133,14 @@ class SpeculativeBatch:
             pad_ids = torch.full((1, pads), self.pad_token_id, dtype=torch.long, device=dev) if pads else None
             gen.queue_features(feats[i : i + 1, width - len(p) :])
             gen.stats.prefill_forwards += 1
-            processors = row_processors(self.logits_processor, i, len(prompts))
+            if processors is None:
+                own = row_processors(self.logits_processor, i, len(prompts))
+            else:
+                own = processors[i]
             seen = row_ids if pad_ids is None else torch.cat([pad_ids, row_ids], dim=-1)
-            processed = process_rows(processors, raw[i : i + 1], lambda r, x=seen: x)  # (1, V)
+            processed = process_rows(own, raw[i : i + 1], lambda r, x=seen: x)  # (1, V)
             first = torch.multinomial(probabilities(processed), 1) if self.do_sample else processed.argmax(-1, True)
-            row = Row(row_ids, len(p), gen, max_lengths[i], pad_ids, processors)
+            row = Row(row_ids, len(p), gen, max_lengths[i], pad_ids, own)
             if self.config.return_dict_in_generate:
                 row.scores = [processed] if self.config.output_scores else None
                 row.logits = [raw[i : i + 1]] if self.config.output_logits else None
@@ -160,6 +169,16 @@ class SpeculativeBatch:
     @property
     def finished(self) -> bool:
         return all(r.done for r in self.rows)
+
+    def checkpoint(self) -> Callable[[], None]:
+        """A function that puts the batch back as it is now: the target's cache and slot mask, the rows (tokens,
+        done flags, each row's drafter state: context cache, queued features, statistics) and the budget's counts.
+        A step or `add` that raises half-way (an out-of-memory error in one layer leaves some cache layers grown
+        and the drafters' queued features consumed) is undone with it and can be run again.
+
+        Cheap enough for every step: tensors are kept by reference (caches and drafters replace their tensors,
+        they never write into them), attribute dicts and containers are copied; models and configs are skipped."""
+        return _restorer(self, set()) or (lambda: None)
 
     # -- what the step calls ---------------------------------------------------------------------------------------
     def commit(self, row: Row, new: torch.LongTensor) -> int:
@@ -221,6 +240,47 @@ class SpeculativeBatch:
         for layer in self.cache.layers:
             index = src[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3])
             layer.keys, layer.values = layer.keys.gather(2, index), layer.values.gather(2, index)
+
+
+# kept by reference by `checkpoint`: tensors (replaced, never written into), models, configs, and immutable values
+_BY_REFERENCE = (torch.Tensor, torch.nn.Module, GenerationConfig, PretrainedConfig, str, bytes, int, float, complex)
+
+
+def _restorer(obj, seen: set[int]) -> Callable[[], None] | None:
+    """A function that restores `obj`'s attributes (or items) and, recursively, those of what it holds; None when
+    there is nothing to restore (immutable values, models, tensors, classes and functions)."""
+    if obj is None or id(obj) in seen or isinstance(obj, (*_BY_REFERENCE, type)) or inspect.isroutine(obj):
+        return None
+    seen.add(id(obj))
+    if isinstance(obj, tuple):
+        children = [_restorer(x, seen) for x in obj]
+        saved = None
+    elif isinstance(obj, list):
+        saved = list(obj)
+        children = [_restorer(x, seen) for x in saved]
+    elif isinstance(obj, dict):
+        saved = dict(obj)
+        children = [_restorer(x, seen) for x in saved.values()]
+    elif type(getattr(obj, "__dict__", None)) is dict:
+        saved = dict(vars(obj))
+        children = [_restorer(x, seen) for x in saved.values()]
+    else:
+        return None
+    children = [c for c in children if c is not None]
+
+    def restore() -> None:
+        if isinstance(obj, list):
+            obj[:] = saved
+        elif isinstance(obj, dict):
+            obj.clear()
+            obj.update(saved)
+        elif saved is not None:
+            vars(obj).clear()
+            vars(obj).update(saved)
+        for child in children:
+            child()
+
+    return restore
 
 
 def _left_pad(x: torch.Tensor, width: int) -> torch.Tensor:

@@ -12,7 +12,12 @@ first tree's path scores). Per step, for a batch of B rows whose drafts were bui
   sum over rows of (1 + E_b(N)) / (cost(B rows x (1 + N)) + drafter seconds), and keeps those nodes;
 - when even the best N commits fewer tokens per second than plain one-token steps (B / cost(B rows x 1)), the next
   steps are plain (no drafter pass at all) for a while, twice as long each time a probe confirms it, and one
-  drafted step probes again. With many rows on a compute-bound device this is what happens: drafting stops.
+  drafted step probes again; the drafted rate judged is the lower of the models' prediction and what drafted steps at
+  this load have really committed per second (drafter and bookkeeping included), so a model that is too hopeful
+  cannot keep a losing load drafting. With many rows on a compute-bound device this is what happens: drafting stops.
+  A batch size not seen yet starts in plain mode when a smaller one (down to half) is in it, and borrows the curve of a
+  row count within a quarter of it (scaled by the rows), so a server whose load drifts does not probe and measure
+  afresh at every row count.
 - sizes whose cost is not measured yet are verified first, in real steps (`step_cost.GRID`), so the curve is
   filled in by the work itself, but only sizes that could still pay (judged by the cheapest cost they can have);
   none past a size that costs about its token count in one-token forwards (nothing larger can pay there).
@@ -23,7 +28,7 @@ node was drawn from); what is accepted is decided by the acceptance rule alone.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..verification.tree import DraftTree
 from .acceptance_model import AcceptanceModel
@@ -39,11 +44,16 @@ class Budget:
     costs: StepCostModel
     acceptance: AcceptanceModel
     draft_seconds: float | None = None  # drafter time per row and step, measured
+    realized: dict[int, float] = field(default_factory=dict)  # rows -> committed tokens/s of drafted steps (EMA)
 
     def drafting(self, rows: int) -> bool:
         """Whether this step runs the drafter (False: a plain one-token step); the plain/probe schedule of this
         batch size lives on the acceptance model, so it carries over between calls."""
-        schedule = self.acceptance.schedule.setdefault(rows, [0, 2])
+        schedule = self.acceptance.schedule.get(rows)
+        if schedule is None:  # a heavier load than one in plain mode (up to 2x) starts in plain mode too
+            near = [r for r, s in self.acceptance.schedule.items() if s[1] > 2 and rows / 2 <= r <= rows]
+            backoff = self.acceptance.schedule[min(near, key=lambda r: abs(r - rows))][1] if near else 0
+            schedule = self.acceptance.schedule[rows] = [backoff, max(2, backoff)]
         if schedule[0] > 0:
             schedule[0] -= 1
             return False
@@ -65,16 +75,22 @@ class Budget:
             per_row = draft_seconds / rows
             self.draft_seconds = per_row if self.draft_seconds is None else 0.7 * self.draft_seconds + 0.3 * per_row
 
-    def after_drafted_step(self, trees: list[DraftTree], rows: int) -> None:
-        """Switch to plain steps when the best drafted rate of this step's drafts loses to plain decoding."""
+    def after_drafted_step(self, trees: list[DraftTree], rows: int, realized: float | None = None) -> None:
+        """Switch to plain steps when drafting loses to plain decoding: the best drafted rate the models predict for
+        this step's drafts, or the rate drafted steps at this load have really achieved (`realized`: committed tokens
+        per second of this step, drafter included, averaged over drafted steps), whichever is lower."""
         plain = self.costs.cost(1, rows)
+        if realized is not None and not self.costs.pinned:  # a pinned curve decides alone (real timings differ)
+            seen = self.realized.get(rows)
+            self.realized[rows] = realized if seen is None else 0.5 * seen + 0.5 * realized
         if plain is None or any(not self.costs.measured(g, rows) for g in GRID[:2]) or not any(map(len, trees)):
             return  # nothing to judge by (no curve yet, or no room left to draft in)
         values = [sorted(self.acceptance.node_values(t), reverse=True) for t in trees]
         most = max((len(v) for v in values), default=0)
         best = self._best(values, rows, most)
         schedule = self.acceptance.schedule.setdefault(rows, [0, 2])
-        if self._rate(values, rows, best) < rows / plain:
+        drafted_rate = min(self._rate(values, rows, best), self.realized.get(rows, float("inf")))
+        if drafted_rate < rows / plain:
             schedule[:] = [schedule[1], min(MAX_BACKOFF, 2 * schedule[1])]
         else:
             schedule[1] = 2

@@ -64,6 +64,7 @@ def speculative_step(batch: SpeculativeBatch) -> None:
     raw = out.logits.float()  # (B, n, V)
     features = tapped_features(out.hidden_states, batch.layer_ids, feed.shape[1])  # (B, n, L*H)
     kept: list[list[int]] = []
+    total_committed = 0
     for b, (row, tree) in enumerate(zip(rows, trees, strict=True)):
         if row.done:
             kept.append([])
@@ -75,12 +76,14 @@ def speculative_step(batch: SpeculativeBatch) -> None:
         else:
             path, bonus = greedy_acceptance(tree, processed.argmax(dim=-1).tolist())
         row.generator.stats.record(len(tree), len(path))
+        row.copying = any(tree.lookup[c] for c in path)
         if budget is not None:
             budget.acceptance.record(tree, path)
         # 5) commit
         fed = [0] + [c + 1 for c in path]  # fed slots of the anchor and the accepted path
         new = torch.tensor([[tree.tokens[c] for c in path] + [bonus]], device=row.ids.device)
         committed = batch.commit(row, new)
+        total_committed += committed
         if row.scores is not None:  # return_dict_in_generate with output_scores / output_logits
             row.scores.extend(processed[r : r + 1] for r in fed[:committed])
         if row.logits is not None:
@@ -90,9 +93,10 @@ def speculative_step(batch: SpeculativeBatch) -> None:
         kept.append(fed[:committed])
     batch.keep_fed(kept, feed.shape[1])
     if budget is not None:  # what this step cost (the acceptance above synced with the device)
-        budget.observe(len(rows), feed.shape[1], time.perf_counter() - verify_started, drafting, draft_seconds)
+        verify_seconds = time.perf_counter() - verify_started
+        budget.observe(len(rows), feed.shape[1], verify_seconds, drafting, draft_seconds)
         if drafting:
-            budget.after_drafted_step(full, len(rows))
+            budget.after_drafted_step(full, len(rows), total_committed / (draft_seconds + verify_seconds))
 
 
 def draft_tree(batch: SpeculativeBatch, row: Row) -> DraftTree:
@@ -109,6 +113,7 @@ def draft_tree(batch: SpeculativeBatch, row: Row) -> DraftTree:
     if settings.prompt_lookup_tokens and room > 0 and not row.done:
         width = min(settings.prompt_lookup_tokens, room)
         tree.add_chain(prompt_lookup_candidates(row.ids, settings.prompt_lookup_ngram, width), merge=not batch.exact_q)
+    tree.copying = row.copying
     return tree
 
 

@@ -49,29 +49,29 @@ class StepCostModel:
         del samples[:-SAMPLES]
 
     def measured(self, fed: int, rows: int = 1) -> bool:
-        """Whether a point within a quarter of `fed` (at least one token) is measured for `rows` rows: close enough
-        to interpolate, so the budget does not spend real steps measuring every size."""
+        """Whether a point within a quarter of `fed` (at least one token) is measured for `rows` rows, or for a row
+        count within a quarter of `rows` (`cost` scales it): close enough to estimate, so the budget does not spend
+        real steps measuring every size at every load."""
+        other = self._neighbour(rows)
+        return self._near(rows, fed) or (other is not None and self._near(other, fed))
+
+    def _near(self, rows: int, fed: int) -> bool:
         return any(abs(n - fed) <= max(1.0, 0.25 * fed) for n in self.points.get(int(rows), {}))
 
+    def _neighbour(self, rows: int) -> int | None:
+        """The other measured row count nearest `rows` within a quarter of it (ties: the larger), if any."""
+        close = [r for r, fed in self.points.items() if fed and r != rows and abs(r - rows) <= 0.25 * rows]
+        return min(close, key=lambda r: (abs(r - rows), -r)) if close else None
+
     def cost(self, fed: int, rows: int = 1) -> float | None:
-        """Seconds for `rows` x `fed` tokens: the median at a measured point, linear between measured points, the
-        last slope beyond them; None before anything is measured for `rows` rows."""
-        curve = self.curve(rows)
-        if not curve:
-            return None
-        ns = sorted(curve)
-        if fed in curve:
-            return curve[fed]
-        below, above = [n for n in ns if n < fed], [n for n in ns if n > fed]
-        if below and above:
-            lo, hi = below[-1], above[0]
-            return curve[lo] + (curve[hi] - curve[lo]) * (fed - lo) / (hi - lo)
-        if above:  # below the smallest measured point: never dearer than it
-            return curve[above[0]]
-        if len(ns) == 1:
-            return curve[ns[0]]
-        lo, hi = ns[-2], ns[-1]
-        return curve[hi] + max(0.0, (curve[hi] - curve[lo]) / (hi - lo)) * (fed - hi)
+        """Seconds for `rows` x `fed` tokens: from this row count's curve where it has a point near `fed`, else from
+        the nearest row count within a quarter that has one, scaled by the ratio of rows (a loaded device pays per
+        row), else this row count's curve extended; None before anything is measured for `rows` rows or near it."""
+        if not self._near(rows, fed):
+            other = self._neighbour(rows)
+            if other is not None and self._near(other, fed):
+                return _on_curve(self.curve(other), fed) * rows / other
+        return _on_curve(self.curve(rows), fed)
 
     def curve(self, rows: int = 1) -> dict[int, float]:
         """{fed tokens per row: median seconds} of every point measured with `rows` rows."""
@@ -123,6 +123,26 @@ def model_key(target: PreTrainedModel) -> str:
     device = target.device
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_model()
     return f"{Path(name).name}|{params}|{device.type}|{target.dtype}|threads={torch.get_num_threads()}|{where}"
+
+
+def _on_curve(curve: dict[int, float], fed: int) -> float | None:
+    """The median at a measured point, linear between measured points, the last slope beyond them (never below the
+    smallest point); None for an empty curve."""
+    if not curve:
+        return None
+    ns = sorted(curve)
+    if fed in curve:
+        return curve[fed]
+    below, above = [n for n in ns if n < fed], [n for n in ns if n > fed]
+    if below and above:
+        lo, hi = below[-1], above[0]
+        return curve[lo] + (curve[hi] - curve[lo]) * (fed - lo) / (hi - lo)
+    if above:  # below the smallest measured point: never dearer than it
+        return curve[above[0]]
+    if len(ns) == 1:
+        return curve[ns[0]]
+    lo, hi = ns[-2], ns[-1]
+    return curve[hi] + max(0.0, (curve[hi] - curve[lo]) / (hi - lo)) * (fed - hi)
 
 
 def cost_model(target: PreTrainedModel) -> StepCostModel:

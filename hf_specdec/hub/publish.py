@@ -4,16 +4,20 @@
     sha = publish_drafter("drafters/qwen2.5-coder-1.5b", "me/qwen2.5-coder-1.5b-drafter",
                           target_id="Qwen/Qwen2.5-Coder-1.5B-Instruct", benchmark_json="results/x/benchmark.json")
 
-Guarantees: the local folder is only read (the card is sent from memory, never written into it); a drafter that
-does not load, or that holds pickle files, is refused before anything is sent; a drafter whose target has no Hub
-id is refused (its card could not name a base model); a failed upload raises a `RuntimeError` with the HTTP status
-and server message; the token appears in no message and no card.
+Guarantees: only an allow-list of the folder's files goes up (`files_to_publish`: weights, configs, tokenizer files,
+the files the card links, and extra files named by the caller), never a symlink and never a file whose bytes hold
+the Hub token; `dry_run=True` lists them and sends nothing. The local folder is only read (the card is sent from
+memory, never written into it); a drafter that does not load, or that holds pickle files, is refused before
+anything is sent; a drafter whose target has no Hub id is refused (its card could not name a base model); a failed
+upload raises a `RuntimeError` with the HTTP status and server message; the token appears in no message and no card.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+from collections.abc import Iterable
 from pathlib import Path
 
 from huggingface_hub import CommitOperationAdd, HfApi, get_token
@@ -24,6 +28,28 @@ from ..models.loading import load_drafter
 from .card import is_hub_id, kind_card, read_json, render_card
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
+
+# What a drafter folder publishes by name (anything else, e.g. optimizer state, logs or notes, stays local unless
+# named in `extra_files`): weights (one file or shards and their index), configs, tokenizer files, and the files the
+# card links when they are there (TRAINING.md, loss.png: a card must not link a file the repo lacks).
+WEIGHTS = re.compile(r"model(-\d{5}-of-\d{5})?\.safetensors|model\.safetensors\.index\.json|adapter_model\.safetensors")
+PUBLISHED = (
+    "config.json",
+    "generation_config.json",
+    "adapter_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "vocab.txt",
+    "merges.txt",
+    "tokenizer.model",
+    "chat_template.jinja",
+    "chat_template.json",
+    "TRAINING.md",
+    "loss.png",
+)
 
 
 def check_drafter_folder(folder: Path) -> dict:
@@ -58,6 +84,54 @@ def _check_loads(folder: Path) -> None:
     absent = sorted(name for name, _ in drafter.named_parameters() if name not in stored)
     if absent:
         raise ValueError(f"{folder}/model.safetensors lacks weights {absent[:5]}; save the trained drafter again.")
+
+
+def files_to_publish(folder: Path, extra_files: Iterable[str] = ()) -> list[Path]:
+    """The files of `folder` that go up (the card, README.md, is made apart): the allow-list (`WEIGHTS`,
+    `PUBLISHED`) and `extra_files`, top-level file names such as "notes.md". ValueError for a symlink among them, or
+    an extra name that is not a plain file of `folder`."""
+    extras = [extra_files] if isinstance(extra_files, str) else list(extra_files)
+    for name in extras:
+        if not name or name in (".", "..") or "/" in name or "\\" in name or Path(name).is_absolute():
+            raise ValueError(
+                f"extra file {name!r} is not a file name; name top-level files of {folder}, e.g. 'notes.md'."
+            )
+        if name == "README.md":
+            raise ValueError("README.md is the generated model card; it cannot be an extra file.")
+        if not (folder / name).is_file() and not (folder / name).is_symlink():
+            raise ValueError(f"extra file {name!r} is not a file in {folder}.")
+    chosen = sorted(
+        {p for p in folder.iterdir() if WEIGHTS.fullmatch(p.name) or p.name in PUBLISHED} | {folder / n for n in extras}
+    )
+    links = [p.name for p in chosen if p.is_symlink()]
+    if links:
+        raise ValueError(
+            f"{folder} holds symlinks {links} among the files to publish; refusing to follow them (they may point at "
+            "anything). Copy the real files into the folder."
+        )
+    odd = [p.name for p in chosen if not p.is_file()]
+    if odd:
+        raise ValueError(f"{odd} in {folder} are not regular files; only files are published.")
+    return chosen
+
+
+def files_holding(files: list[Path], secrets: list[str], chunk: int = 1 << 24) -> list[str]:
+    """Names of the `files` whose bytes contain any of `secrets` (read in chunks that overlap by a secret's length)."""
+    needles = [s.encode("utf-8") for s in secrets if s]
+    if not needles:
+        return []
+    overlap = max(len(n) for n in needles) - 1
+    found = []
+    for path in files:
+        with open(path, "rb") as f:
+            tail = b""
+            while block := f.read(chunk):
+                window = tail + block
+                if any(n in window for n in needles):
+                    found.append(path.name)
+                    break
+                tail = window[max(0, len(window) - overlap) :] if overlap else b""
+    return found
 
 
 def resolve_target(config: dict, target_id: str | None) -> str:
@@ -103,13 +177,19 @@ def publish_drafter(
     private: bool = False,
     token: str | None = None,
     commit_message: str | None = None,
-) -> str:
-    """Upload the drafter saved in `folder` to the Hub repo `repo_id` with a model card; return the commit sha.
+    extra_files: Iterable[str] = (),
+    dry_run: bool = False,
+) -> str | list[str]:
+    """Upload the drafter saved in `folder` to the Hub repo `repo_id` with a model card; return the commit sha
+    (with `dry_run`, the sorted repo paths that would go up, and nothing is sent).
 
-    The top-level files of `folder` (config.json, model.safetensors, and e.g. TRAINING.md, loss.png) and a
-    README.md rendered by `render_card` go up in one commit; a README.md already in `folder` is replaced by the
-    card. The repo is created if needed (`private` applies only then). Publishing again makes a new revision if
-    anything changed (unchanged files are not re-sent; an identical publish returns the current sha).
+    The allow-listed files of `folder` (`files_to_publish`: weights, config.json, generation_config.json, adapter and
+    tokenizer files, TRAINING.md and loss.png, which the card links) plus the `extra_files` named, and a README.md
+    rendered by `render_card`, go up in one commit; every other file stays local, and a README.md already in
+    `folder` is replaced by the card. A symlink among those files, or a file whose bytes contain the Hub token, is
+    refused before anything is sent. The repo is created if needed (`private` applies only then). Publishing again
+    makes a new revision if anything changed (unchanged files are not re-sent; an identical publish returns the
+    current sha).
 
     Args:
         folder: a drafter saved with `save_pretrained` (safetensors); only read, never modified.
@@ -119,9 +199,12 @@ def publish_drafter(
         benchmark_json, training_log, recipe: see `render_card`.
         token: a Hub token with write access; default: the logged-in token / HF_TOKEN.
         commit_message: default "Upload <kind> for <target>".
+        extra_files: more top-level files of `folder` to publish, by name (e.g. ["notes.md"]).
+        dry_run: check everything, send nothing, and return the paths the repo would get.
 
     Raises:
-        ValueError: the folder is not a loadable safetensors drafter, or no Hub id of the target is known.
+        ValueError: the folder is not a loadable safetensors drafter, no Hub id of the target is known, a file to
+            publish is a symlink or holds the token, or an extra file is not a file of `folder`.
         RuntimeError: the Hub refused or could not be reached; the message gives the HTTP status and the server's
             reason. Nothing in `folder` is changed.
     """
@@ -132,6 +215,13 @@ def publish_drafter(
     if not is_hub_id(repo_id):
         raise ValueError(f"repo_id {repo_id!r} is not a Hub repo id; pass 'namespace/name'.")
     secrets = [s for s in (token, get_token()) if s]
+    files = files_to_publish(folder, extra_files)
+    leaking = files_holding(files, secrets)
+    if leaking:
+        raise ValueError(
+            f"{leaking} in {folder} contain your Hub token; refusing to publish them. Remove the token from those "
+            "files (and revoke it if it was shared), or leave the files out."
+        )
     card = render_card(
         folder,
         repo_id,
@@ -141,7 +231,8 @@ def publish_drafter(
         training_log=read_json(training_log),
         recipe=recipe,
     )
-    files = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith(".") and p.name != "README.md")
+    if dry_run:
+        return sorted([p.name for p in files] + ["README.md"])
     operations = [CommitOperationAdd(path_in_repo=p.name, path_or_fileobj=str(p)) for p in files]
     operations.append(CommitOperationAdd("README.md", _scrub(str(card), secrets).encode("utf-8")))
     kind = kind_card(config.get("model_type"))[0]
@@ -159,4 +250,12 @@ def publish_drafter(
     return info.oid
 
 
-__all__ = ["check_drafter_folder", "publish_drafter", "resolve_target"]
+__all__ = [
+    "PUBLISHED",
+    "WEIGHTS",
+    "check_drafter_folder",
+    "files_holding",
+    "files_to_publish",
+    "publish_drafter",
+    "resolve_target",
+]

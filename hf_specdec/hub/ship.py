@@ -7,20 +7,41 @@ time, data and supervised tokens, first and last losses) come from run/checkpoin
 run's cached data (run/data), so the record describes exactly the weights shipped. Checkpoints over 64 MiB are
 refused (the repository keeps drafters small). With `push_to_hub` the folder then goes up with a model card in one
 commit (`publish_drafter`), and the card carries the same figures as TRAINING.md.
+
+NAME must be one plain folder name (`check_name`), so the folder replaced is drafters/NAME and nothing else. The new
+folder is written aside (drafters/.NAME.staging) and checked (size) before the old drafter is touched; then the two
+are swapped.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
 import torch
 
 from ..models.block_drafter import BlockDrafter
+from .card import is_hub_id
 from .publish import publish_drafter, resolve_target
 
 LIMIT = 64 * 2**20  # bytes of model.safetensors a shipped drafter may take
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # one folder name: no separators, not '.', '..' or hidden
+
+
+def check_name(name: str, drafters_dir: Path) -> Path:
+    """`drafters_dir`/`name`, once `name` is known to be one plain folder name that stays inside `drafters_dir`."""
+    if not isinstance(name, str) or not NAME.fullmatch(name):
+        raise ValueError(
+            f"--name {name!r} is not a drafter folder name: use letters, digits, '.', '-' and '_', starting with a "
+            f"letter or digit (no path separators, not '.' or '..'), e.g. 'qwen2.5-coder-1.5b'; it names the folder "
+            f"{drafters_dir}/NAME that is replaced."
+        )
+    out = drafters_dir / name
+    if out.is_symlink() or out.resolve().parent != drafters_dir.resolve():
+        raise ValueError(f"{out} leads outside {drafters_dir} (a symlink); refusing to replace it.")
+    return out
 
 
 def data_tokens(folder: Path) -> int:
@@ -96,24 +117,37 @@ def training_record(name: str, command: str, source: Path, log: dict, drafter: B
     )
 
 
-def save_drafter(drafter: BlockDrafter, out: Path, decoding: dict | None) -> int:
-    """Replace `out` with `drafter` and return the bytes of its weights; ValueError (and `out` removed) over LIMIT.
+def save_drafter(drafter: BlockDrafter, out: Path, decoding: dict | None, previous: Path | None = None) -> int:
+    """Save `drafter` to the new folder `out` and return the bytes of its weights; ValueError (and `out` removed)
+    over LIMIT.
 
-    The decode-time default is `decoding` if given, else the one the replaced drafter had: a measured default
-    survives retraining.
+    The decode-time default is `decoding` if given, else the one of the drafter at `previous` (the folder it will
+    replace): a measured default survives retraining.
     """
-    previous = out / "config.json"
+    config = previous / "config.json" if previous is not None else None
     if decoding is not None:
         drafter.decoding = decoding
-    elif previous.exists() and json.loads(previous.read_text()).get("decoding"):
-        drafter.decoding = json.loads(previous.read_text())["decoding"]
-    shutil.rmtree(out, ignore_errors=True)
+    elif config is not None and config.exists() and json.loads(config.read_text()).get("decoding"):
+        drafter.decoding = json.loads(config.read_text())["decoding"]
     drafter.save_pretrained(out)
     size = (out / "model.safetensors").stat().st_size
     if size > LIMIT:
         shutil.rmtree(out)
-        raise ValueError(f"{size / 2**20:.1f} MiB is over the 64 MiB limit; train a smaller drafter")
+        raise ValueError(
+            f"{size / 2**20:.1f} MiB is over the {LIMIT / 2**20:.0f} MiB limit; train a smaller drafter (the drafter "
+            "already shipped under this name is unchanged)"
+        )
     return size
+
+
+def swap_in(staging: Path, out: Path) -> None:
+    """Put the complete folder `staging` at `out`, replacing what was there (renames within one folder)."""
+    old = out.with_name(f".{out.name}.old")
+    shutil.rmtree(old, ignore_errors=True)
+    if out.exists():
+        out.rename(old)
+    staging.rename(out)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def ship_drafter(
@@ -127,6 +161,7 @@ def ship_drafter(
     target_revision: str | None = None,
     benchmark_json: str | Path | None = None,
     drafters_dir: str | Path = "drafters",
+    dry_run: bool = False,
 ) -> Path:
     """Copy the drafter of the training run `run` to `drafters_dir`/`name` in bf16 with TRAINING.md (recording
     `command` and the run's figures) and loss.png (if matplotlib is installed); return that folder.
@@ -136,26 +171,48 @@ def ship_drafter(
         decoding: decode-time default saved with the drafter (DecodingSettings fields); default: the replaced one's.
         push_to_hub: also publish the folder to this Hub repo with a model card (`publish_drafter`).
         target_id, target_revision, benchmark_json: for the card, see `publish_drafter`.
+        dry_run: with `push_to_hub`, print the files that would be published instead of publishing them.
 
     Raises:
-        ValueError: the weights are over 64 MiB, or `push_to_hub` is set and the target's Hub id is unknown (checked
-            before `drafters_dir`/`name` is replaced).
+        ValueError: `name` is not one plain folder name, the weights are over 64 MiB, or `push_to_hub` is set and
+            is no repo id or the target's Hub id is unknown; all checked before `drafters_dir`/`name` is touched.
     """
-    run = Path(run)
+    drafters_dir, run = Path(drafters_dir), Path(run)
+    out = check_name(name, drafters_dir)
+    if push_to_hub and not is_hub_id(push_to_hub):
+        raise ValueError(f"push_to_hub {push_to_hub!r} is not a Hub repo id; pass 'namespace/name'.")
     source = run / "drafter" if (run / "drafter" / "config.json").exists() else run / "checkpoint"
     state = json.loads((run / "checkpoint" / "trainer_state.json").read_text())
     data = json.loads((run / "data" / "index.json").read_text())
     drafter = BlockDrafter.from_pretrained(source, dtype=torch.bfloat16)
     if push_to_hub:  # refuse before replacing the folder if the card could not name the target
         resolve_target(drafter.config.to_dict(), target_id)
-    out = Path(drafters_dir) / name
-    size = save_drafter(drafter, out, decoding)
-    log = training_log(state, data, data_tokens(run / "data"))
-    plotted = write_plot(log["losses"], out / "loss.png")
-    record = training_record(name, command, source, log, drafter, size)
-    (out / "TRAINING.md").write_text(record + ("\n![loss](loss.png)\n" if plotted else ""))
+    staging = drafters_dir / f".{name}.staging"  # names of the form NAME never start with a dot
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        size = save_drafter(drafter, staging, decoding, previous=out)
+        log = training_log(state, data, data_tokens(run / "data"))
+        plotted = write_plot(log["losses"], staging / "loss.png")
+        record = training_record(name, command, source, log, drafter, size)
+        (staging / "TRAINING.md").write_text(record + ("\n![loss](loss.png)\n" if plotted else ""))
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    swap_in(staging, out)
     print(f"wrote {out} ({size / 2**20:.1f} MiB)")
-    if push_to_hub:
+    if push_to_hub and dry_run:
+        files = publish_drafter(
+            out,
+            push_to_hub,
+            target_id=target_id,
+            target_revision=target_revision,
+            benchmark_json=benchmark_json,
+            training_log=log,
+            recipe=command,
+            dry_run=True,
+        )
+        print(f"would publish {out} to {push_to_hub}: {', '.join(files)}")
+    elif push_to_hub:
         sha = publish_drafter(
             out,
             push_to_hub,
@@ -169,4 +226,13 @@ def ship_drafter(
     return out
 
 
-__all__ = ["LIMIT", "data_tokens", "ship_drafter", "smoothed", "training_log", "training_record", "write_plot"]
+__all__ = [
+    "LIMIT",
+    "check_name",
+    "data_tokens",
+    "ship_drafter",
+    "smoothed",
+    "training_log",
+    "training_record",
+    "write_plot",
+]

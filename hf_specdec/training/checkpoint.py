@@ -1,13 +1,61 @@
-"""Training checkpoints that survive a crash: safetensors only, written aside and swapped in atomically."""
+"""Training checkpoints that survive a crash: safetensors only, written aside, flushed to disk and swapped in
+atomically; never holding a non-finite value; recording the run's arguments so that a resume with arguments that
+would change the result is refused (`argument_changes`)."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+from dataclasses import MISSING, asdict, fields
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
+
+# Arguments a resumed run may change, and why each keeps the checkpoint's run what it was. Every other argument
+# (data, drafter shape, learning rate and schedule, seed, batch, precision, device, ...) must be as the checkpoint
+# records it, or the resumed run would silently train something else than the run it continues.
+MAY_CHANGE_ON_RESUME: dict[str, str] = {
+    "num_steps": "may grow (not shrink below the recorded count): the run goes on to the new count, with the "
+    "learning-rate schedule stretched to it from the step reached",
+    "save_every": "when checkpoints are written, not what they hold",
+    "resume": "whether to resume at all",
+    "nonfinite": "what happens to a step whose loss or gradient is not finite; every step taken so far was finite",
+    "output_dir": "where the run is kept (a moved run folder)",
+    "export_only": "saving the checkpoint's drafter without training on",
+    "push_to_hub": "publishing after training",
+    "hub_target_id": "publishing after training (the card's base_model)",
+    "hub_target_revision": "publishing after training (the card's base_model revision)",
+}
+
+
+class NonFiniteError(RuntimeError):
+    """A training step or a checkpoint holds a non-finite value (nan or inf); nothing of it was kept."""
+
+
+class TrainableOnly:
+    """A model seen through its trainable parameters only, for `save_checkpoint` / `load_checkpoint`: checkpoints
+    of LoRA adapters on a large drafter hold megabytes, not the frozen gigabytes."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+
+    def trainable(self) -> dict[str, torch.Tensor]:
+        return {n: p for n, p in self.model.named_parameters() if p.requires_grad}
+
+    def save_pretrained(self, folder: Path) -> None:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        weights = {n: p.detach().cpu().contiguous() for n, p in self.trainable().items()}
+        save_file(weights, str(Path(folder) / "model.safetensors"))
+
+    def load_state_dict(self, weights: dict[str, torch.Tensor], strict: bool = False) -> tuple[list, list]:
+        own = self.trainable()
+        missing, unexpected = sorted(set(own) - set(weights)), sorted(set(weights) - set(own))
+        with torch.no_grad():
+            for name in set(own) & set(weights):
+                own[name].copy_(weights[name])
+        return missing, unexpected
 
 
 def optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict]:
@@ -29,20 +77,79 @@ def load_optimizer(optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Te
     optimizer.load_state_dict({"state": state, "param_groups": groups["param_groups"]})
 
 
+def run_arguments(config) -> dict:
+    """What a checkpoint records of the run's arguments: the config class and every field of it (JSON values)."""
+    return {"config_class": type(config).__name__, **json.loads(json.dumps(asdict(config)))}
+
+
+def argument_changes(recorded: dict, config) -> list[str]:
+    """The arguments of `config` that differ from those `recorded` with a checkpoint and would change the result
+    (`MAY_CHANGE_ON_RESUME` lists the ones that may change), as 'name: recorded -> now' lines."""
+    now = run_arguments(config)
+    defaults = {f.name: f.default for f in fields(config) if f.default is not MISSING}
+    changes = []
+    for name in sorted(set(recorded) | set(now)):
+        old, new = recorded.get(name, "<absent>"), now.get(name, "<absent>")
+        if old == new or (name not in recorded and name in defaults and new == defaults[name]):
+            continue  # equal, or a setting newer than the checkpoint, left at its default
+        grows = name == "num_steps" and isinstance(old, int) and isinstance(new, int) and new >= old
+        if name in MAY_CHANGE_ON_RESUME and (name != "num_steps" or grows):
+            continue
+        changes.append(f"{name}: {old!r} in the checkpoint, {new!r} now")
+    return changes
+
+
+def _weights(model) -> dict[str, torch.Tensor]:
+    """The tensors `model.save_pretrained` writes: a `TrainableOnly`'s trainable ones, else the state dict."""
+    return model.trainable() if isinstance(model, TrainableOnly) else model.state_dict()
+
+
+def non_finite(tensors: dict[str, torch.Tensor]) -> list[str]:
+    """Names of the floating-point tensors that hold a nan or an inf."""
+    return sorted(n for n, t in tensors.items() if t.is_floating_point() and not bool(torch.isfinite(t).all()))
+
+
+def _flush(path: Path) -> None:
+    """fsync a file, or a folder (its entries: files created or renamed in it survive a power cut)."""
+    if path.is_dir() and os.name == "nt":  # Windows cannot open a folder to flush it; NTFS journals renames
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def save_checkpoint(folder: Path, model, optimizer, trainer_state: dict) -> None:
-    """Write model, optimizer and trainer state to `folder`, replacing an older checkpoint only once complete."""
+    """Write model, optimizer and trainer state to `folder`, replacing an older checkpoint only once complete.
+
+    Everything is written to `folder`.tmp and flushed to disk (each file, then the folder) before the swap, and the
+    parent folder is flushed after it, so a power cut leaves either the old checkpoint or the new one, whole.
+    `NonFiniteError` if a weight or an optimizer tensor holds a nan or an inf: the older checkpoint stays.
+    """
+    tensors, groups = optimizer_tensors(optimizer)
+    broken = non_finite(_weights(model)) + non_finite(tensors)
+    if broken:
+        raise NonFiniteError(
+            f"refusing to write checkpoint {folder} at step {trainer_state.get('step')}: non-finite values in "
+            f"{broken[:5]}{' ...' if len(broken) > 5 else ''}; the checkpoint already there (if any) is kept."
+        )
     tmp = folder.with_name(folder.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)
-    tensors, groups = optimizer_tensors(optimizer)
     save_file(tensors, str(tmp / "optimizer.safetensors"))
     (tmp / "optimizer_groups.json").write_text(json.dumps(groups))
-    (tmp / "trainer_state.json").write_text(json.dumps(trainer_state))
+    (tmp / "trainer_state.json").write_text(json.dumps(trainer_state))  # last: its presence marks a whole checkpoint
+    for path in sorted(tmp.rglob("*")):
+        if path.is_file():
+            _flush(path)
+    _flush(tmp)
     old = folder.with_name(folder.name + ".old")
     if folder.exists():
         shutil.rmtree(old, ignore_errors=True)
         folder.rename(old)
     tmp.rename(folder)
+    _flush(folder.parent)
     shutil.rmtree(old, ignore_errors=True)
 
 
@@ -54,6 +161,11 @@ def find_checkpoint(folder: Path) -> Path | None:
     return None
 
 
+def read_trainer_state(folder: Path) -> dict:
+    """The trainer state saved with the checkpoint in `folder` (with the run's `arguments` when recorded)."""
+    return json.loads((folder / "trainer_state.json").read_text())
+
+
 def load_checkpoint(folder: Path, model, optimizer) -> dict:
     """Restore model and optimizer from `folder`; return the trainer state."""
     weights = load_file(str(folder / "model.safetensors"))
@@ -62,7 +174,18 @@ def load_checkpoint(folder: Path, model, optimizer) -> dict:
         raise ValueError(f"checkpoint {folder} does not fit this drafter: missing {missing}, unexpected {unexpected}")
     groups = json.loads((folder / "optimizer_groups.json").read_text())
     load_optimizer(optimizer, load_file(str(folder / "optimizer.safetensors")), groups)
-    return json.loads((folder / "trainer_state.json").read_text())
+    return read_trainer_state(folder)
 
 
-__all__ = ["find_checkpoint", "load_checkpoint", "save_checkpoint"]
+__all__ = [
+    "MAY_CHANGE_ON_RESUME",
+    "NonFiniteError",
+    "TrainableOnly",
+    "argument_changes",
+    "find_checkpoint",
+    "load_checkpoint",
+    "non_finite",
+    "read_trainer_state",
+    "run_arguments",
+    "save_checkpoint",
+]

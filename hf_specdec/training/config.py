@@ -82,6 +82,10 @@ class DrafterTrainingConfig:
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
         metadata={"help": "drafter module names that get adapters (peft target_modules)"},
     )
+    export_only: bool = field(
+        default=False,
+        metadata={"help": "save the drafter (and adapter) of output_dir/checkpoint as it is, without training on"},
+    )
     push_to_hub: str | None = field(
         default=None, metadata={"help": "Hub repo id (org/name) to publish the trained drafter and its card to"}
     )
@@ -89,6 +93,13 @@ class DrafterTrainingConfig:
         default=None, metadata={"help": "the target's Hub id for the card's base_model (needed for a local target)"}
     )
     hub_target_revision: str | None = field(default=None, metadata={"help": "the target's Hub revision, if pinned"})
+    nonfinite: str = field(
+        default="stop",
+        metadata={
+            "help": "a step whose loss or gradient is nan/inf applies nothing, then: stop (raise, naming the step and "
+            "its sequences; the last checkpoint stays) or skip (log it and go on)"
+        },
+    )
 
     def __post_init__(self) -> None:
         positive = (
@@ -130,6 +141,8 @@ class DrafterTrainingConfig:
             raise ValueError("lora_target_modules is empty: name the drafter modules that get adapters")
         if self.push_to_hub is not None and self.push_to_hub.count("/") != 1:
             raise ValueError(f"push_to_hub must be a Hub repo id 'org/name', got {self.push_to_hub!r}")
+        if self.nonfinite not in ("stop", "skip"):
+            raise ValueError(f"nonfinite must be stop or skip, got {self.nonfinite!r}")
         unknown = set(self.corpus) - {"sharegpt", "stdlib"}
         if unknown and self.data_file is None:
             raise ValueError(f"unknown corpus {sorted(unknown)}; choose from sharegpt, stdlib or pass data_file")
@@ -192,12 +205,14 @@ class DistillationConfig(DrafterTrainingConfig):
     specopd: on-policy, E2E-TV loss on branches of the drafter's own policy packed into proposal trees, scored by
         one tree-masked target pass per sequence, plus ce_weight x the DFlash loss on the trunk.
     sequential_opd: the on-policy baseline (draft, verify, commit, supervise; one target pass per block).
+    pard: a PARD drafter adapted from `base_lm` (a same-family causal LM): cross-entropy against the target's greedy
+        choices with conditional drop over mask depths (docs/pard.md); LoRA trains the mask token's embedding too.
 
     `objective` is the command-line name of a subclass (`OBJECTIVES`: DFlashConfig, SpecOPDConfig,
     SequentialOPDConfig); `for_objective` gives this config as that class, which picks the trainer.
     """
 
-    objective: str = field(default="dflash", metadata={"help": "dflash, specopd or sequential_opd"})
+    objective: str = field(default="dflash", metadata={"help": "dflash, specopd, sequential_opd or pard"})
     branches: int = field(default=4, metadata={"help": "M: branches drawn per anchor (argmax path + samples)"})
     tree_anchors: int = field(default=8, metadata={"help": "anchors per sequence that get proposal trees"})
     temperature: float = field(default=1.0, metadata={"help": "temperature of the teacher p and of branch sampling"})
@@ -205,11 +220,23 @@ class DistillationConfig(DrafterTrainingConfig):
     rollout_rounds: int = field(
         default=8, metadata={"help": "sequential_opd: speculative steps rolled out per sequence per optimizer step"}
     )
+    base_lm: str = field(
+        default="qwen2.5-coder-0.5b",
+        metadata={"help": "pard: the same-family causal LM to adapt (folder, offline model name or Hub id)"},
+    )
+    cod_ratio: float = field(default=0.7, metadata={"help": "pard: conditional drop keeps max(r^d, floor) at depth d"})
+    cod_floor: float = field(default=0.2, metadata={"help": "pard: the least share of slots kept at any depth"})
+    feature_injection: bool = field(
+        default=False, metadata={"help": "pard: add projected target features to the input embeddings (PARD-2)"}
+    )
+    feature_dropout: float = field(
+        default=0.2, metadata={"help": "pard: share of sequences trained without features (injection only)"}
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.objective not in OBJECTIVES:
-            raise ValueError(f"objective must be dflash, specopd or sequential_opd, got {self.objective!r}")
+            raise ValueError(f"objective must be one of {sorted(OBJECTIVES)}, got {self.objective!r}")
         own = next((name for name, cls in OBJECTIVES.items() if cls is type(self)), self.objective)
         if self.objective != own:
             raise ValueError(f"{type(self).__name__} is the {own} objective, got objective={self.objective!r}")
@@ -219,6 +246,8 @@ class DistillationConfig(DrafterTrainingConfig):
             raise ValueError(f"temperature must be > 0, got {self.temperature}")
         if self.ce_weight < 0:
             raise ValueError(f"ce_weight must be >= 0, got {self.ce_weight}")
+        if not (0 < self.cod_ratio <= 1 and 0 < self.cod_floor <= 1 and 0 <= self.feature_dropout <= 1):
+            raise ValueError("cod_ratio and cod_floor must be in (0, 1], feature_dropout in [0, 1]")
 
     def for_objective(self, objective: str | None = None) -> DistillationConfig:
         """These settings as the class of `objective` (default: this config's own). The one place where the
@@ -249,10 +278,18 @@ class SequentialOPDConfig(DistillationConfig):
     objective: str = field(default="sequential_opd", metadata={"help": "sequential_opd"})
 
 
+@dataclass
+class PardTrainingConfig(DistillationConfig):
+    """`--objective pard`: a PARD drafter from `base_lm`, teacher-forced with conditional drop."""
+
+    objective: str = field(default="pard", metadata={"help": "pard"})
+
+
 OBJECTIVES: dict[str, type[DistillationConfig]] = {
     "dflash": DFlashConfig,
     "specopd": SpecOPDConfig,
     "sequential_opd": SequentialOPDConfig,
+    "pard": PardTrainingConfig,
 }
 
 
@@ -263,6 +300,7 @@ __all__ = [
     "DistillationConfig",
     "DrafterTrainingConfig",
     "MixtureTrainingConfig",
+    "PardTrainingConfig",
     "SequentialOPDConfig",
     "SpecOPDConfig",
 ]

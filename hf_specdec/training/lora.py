@@ -1,7 +1,8 @@
 """LoRA adapters on a drafter (peft): add, save adapter-only, merge, load back.
 
 Adapters go in place into the drafter's own modules, so the trainers keep using the drafter object unchanged;
-a DCOCO corrector or DBLAST mixture head (small, new) is trained whole (`modules_to_save`).
+a DCOCO corrector, DBLAST mixture head or PARD feature projection (small, new) is trained whole
+(`modules_to_save`), and a PARD drafter's mask-token embedding row is trained too (`trainable_token_indices`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from peft import LoraConfig, PeftModel, get_peft_model
 from ..models.block_drafter.modeling_block_drafter import BlockDrafter
 from .config import DrafterTrainingConfig
 
-HEADS = ("corrector", "mixture_head")
+HEADS = ("corrector", "mixture_head", "feature_proj")  # small new modules, trained whole
 
 
 def add_lora(drafter: BlockDrafter, config: DrafterTrainingConfig, base_name_or_path: str | None) -> PeftModel:
@@ -33,7 +34,9 @@ def add_lora(drafter: BlockDrafter, config: DrafterTrainingConfig, base_name_or_
         lora_alpha=config.lora_alpha,
         lora_dropout=config.lora_dropout,
         target_modules=list(config.lora_target_modules),
-        modules_to_save=[h for h in HEADS if hasattr(drafter, h)] or None,
+        modules_to_save=[h for h in HEADS if getattr(drafter, h, None) is not None] or None,
+        # a PARD drafter's mask token: its embedding row trains beside the adapters
+        trainable_token_indices=getattr(drafter, "trainable_token_indices", None),
     )
     torch.manual_seed(config.seed)  # adapter init (lora_A) is random: the same run gives the same adapters
     model = get_peft_model(drafter, lora)

@@ -16,11 +16,13 @@ from .config import (
     DFlashConfig,
     DrafterTrainingConfig,
     MixtureTrainingConfig,
+    PardTrainingConfig,
     SequentialOPDConfig,
     SpecOPDConfig,
 )
 from .dblast import MixtureTrainer
 from .dcoco import CorrectorTrainer
+from .pard import PardTrainer
 from .publishing import publish
 from .saving import save_run
 from .sequences import frequent_labels, prepare_sequences
@@ -36,6 +38,7 @@ TRAINERS: dict[type[DrafterTrainingConfig], type[DrafterTrainer]] = {
     SequentialOPDConfig: SequentialOPDTrainer,
     CorrectorTrainingConfig: CorrectorTrainer,
     MixtureTrainingConfig: MixtureTrainer,
+    PardTrainingConfig: PardTrainer,
 }
 
 
@@ -67,11 +70,15 @@ def run(config: DrafterTrainingConfig) -> Path:
     """Train the drafter of `config`'s objective and save it (target dtype) to output_dir/drafter, with LoRA also
     the adapter alone to output_dir/adapter; write output_dir/training_log.json; publish when `push_to_hub` is set.
     A killed run started again with the same config resumes from output_dir/checkpoint and ends as an uninterrupted
-    one. Runs under `accelerate launch` too (only the main process writes)."""
+    one; with `export_only` it saves the checkpoint's drafter as it is (a long run's progress, mid-way). Runs under
+    `accelerate launch` too (only the main process writes)."""
     config = config.for_objective()
     trainer, adapters = set_up(config)
     resumed = config.resume and trainer.resume()
-    trainer.train()
+    if config.export_only and not resumed:
+        raise ValueError(f"export_only: {config.output_dir}/checkpoint holds no checkpoint to save the drafter from")
+    if not config.export_only:
+        trainer.train()
     out = Path(config.output_dir) / "drafter"
     if not trainer.processes.is_main_process:
         return out

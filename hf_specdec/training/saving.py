@@ -42,6 +42,8 @@ def save_drafter(config: DrafterTrainingConfig, trainer: DrafterTrainer, adapter
         from .lora import merge_lora, save_adapter
 
         save_adapter(adapters, Path(config.output_dir) / "adapter")
+        if getattr(trainer, "adapter_folder_is_a_drafter", False):  # PARD: config + adapter load as a drafter
+            drafter.save_adapter_folder(Path(config.output_dir) / "adapter")
         drafter = merge_lora(adapters)
     drafter.requires_grad_(True)  # heads were trained with a frozen backbone; the saved model is whole
     drafter.to(trainer.target.dtype).save_pretrained(out)

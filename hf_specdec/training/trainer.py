@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Callable
@@ -18,19 +19,37 @@ from transformers import PreTrainedModel
 
 from ..models.block_drafter.modeling_block_drafter import BlockDrafter
 from ..models.loading import load_drafter
-from .checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
+from .checkpoint import (
+    MAY_CHANGE_ON_RESUME,
+    NonFiniteError,
+    argument_changes,
+    find_checkpoint,
+    load_checkpoint,
+    read_trainer_state,
+    run_arguments,
+    save_checkpoint,
+)
 from .config import DrafterTrainingConfig
 from .counters import zero_counters
 from .data import TrainingSequence
 from .losses import default_gamma, dflash_decayed_cross_entropy
 from .packing import pack_blocks, sample_anchors
 
+logger = logging.getLogger(__name__)
+
 
 class DrafterTrainer:
     """Trains `drafter` against `target` on `sequences`; checkpoints every `save_every` steps and resumes exactly.
 
     Each step's randomness (which sequences, which anchors) comes from a torch.Generator seeded with (seed, step), so a
-    run resumed from a checkpoint takes the same steps as one that never stopped.
+    run resumed from a checkpoint takes the same steps as one that never stopped. Each checkpoint records the run's
+    arguments, and resuming with arguments that would change the result is refused with the list of what differs
+    (`checkpoint.MAY_CHANGE_ON_RESUME`: the ones that may change, such as a larger num_steps or save_every).
+
+    A step whose loss or gradient norm is not finite changes nothing (no optimizer step, no checkpoint): with
+    `nonfinite="stop"` the run raises `NonFiniteError` naming the step and its sequences, and the last checkpoint,
+    written from finite weights, stays; with "skip" the step is logged, recorded in state["skipped_steps"] and the run
+    goes on.
 
     What `hf_specdec.training.run.run` asks of a trainer class: `build_drafter` (the drafter it trains), `for_run`
     (the trainer, with any data of its own), `objective` and `supervised_key` (names in the training log) and
@@ -107,7 +126,8 @@ class DrafterTrainer:
         self.step_loss = StepLoss(self)
         if self.processes.num_processes > 1:  # DDP: gradients averaged over processes
             self.step_loss = Accelerator(cpu=cpu).prepare_model(self.step_loss)
-        self.state = {"step": 0, "losses": [], "elapsed_s": 0.0, **zero_counters()}
+        self.state = {"step": 0, "losses": [], "elapsed_s": 0.0, "skipped_steps": [], **zero_counters()}
+        self.state["arguments"] = run_arguments(config)  # saved with every checkpoint: what a resume must match
 
     def log_extras(self) -> dict:
         """Figures of this trainer's own for training_log.json (next to the counters every trainer keeps)."""
@@ -159,6 +179,7 @@ class DrafterTrainer:
         return torch.randint(len(self.sequences), (total,), generator=rng).tolist()
 
     def train_step(self) -> float:
+        """One optimizer step; its mean loss. A non-finite loss or gradient norm applies nothing (`nonfinite_step`)."""
         step = self.state["step"]
         picks = self.step_picks(step)
         rank, world = self.processes.process_index, self.processes.num_processes
@@ -167,21 +188,63 @@ class DrafterTrainer:
         self.optimizer.zero_grad(set_to_none=True)
         loss, labelled = self.step_loss(step, list(range(rank, len(picks), world)), picks)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.drafter.parameters(), self.config.max_grad_norm)
-        self.optimizer.step()
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.drafter.parameters(), self.config.max_grad_norm))
         totals = torch.tensor([float(loss.detach()), float(labelled)], dtype=torch.float64)
-        if world > 1:  # log the global step: mean loss, all processes' supervised tokens
+        if world > 1:  # the global step: mean loss, all processes' supervised tokens (the same decision everywhere)
             totals = reduce(totals.to(self.processes.device), reduction="sum").cpu()
             totals[0] /= world
+        if not (math.isfinite(float(totals[0])) and math.isfinite(grad_norm)):
+            self.nonfinite_step(step, picks, float(totals[0]), grad_norm)
+            return math.nan
+        self.optimizer.step()
         self.state["supervised_tokens"] += int(totals[1])
         return float(totals[0])
 
+    def nonfinite_step(self, step: int, picks: list[int], loss: float, grad_norm: float) -> None:
+        """Leave the weights as they are, then raise `NonFiniteError` (nonfinite="stop") or log and record the step
+        (nonfinite="skip"). The message names the step (1-based, as in the loss log), its sequences (indices into
+        the training sequences) and, among them, those whose target features hold a nan or an inf."""
+        self.optimizer.zero_grad(set_to_none=True)
+        what = f"loss {loss}" if not math.isfinite(loss) else f"gradient norm {grad_norm} (loss {loss:.4f})"
+        bad_data = [i for i in sorted(set(picks)) if not bool(torch.isfinite(self.sequences[i].features).all())]
+        data = f"; sequences {bad_data} have non-finite target features" if bad_data else ""
+        where = f"step {step + 1} of {self.config.num_steps}: non-finite {what} on training sequences {picks}{data}"
+        if self.config.nonfinite == "skip":
+            logger.warning("%s; the step is skipped (nonfinite='skip'), the weights are unchanged", where)
+            self.state["skipped_steps"].append([step + 1, picks])
+            return
+        kept = find_checkpoint(self.checkpoint_dir)
+        checkpoint = f"the last checkpoint ({kept}) is kept" if kept else "no checkpoint was written yet"
+        raise NonFiniteError(
+            f"{where}. Nothing of this step was applied and {checkpoint}. Fix or remove those sequences (data_file, "
+            "data_dir), or lower learning_rate; or set nonfinite='skip' (--nonfinite skip) to skip such steps, and "
+            "start the run again: it resumes from the checkpoint."
+        )
+
+    def check_arguments(self, recorded: dict | None) -> None:
+        """Refuse to continue a checkpoint whose `recorded` arguments differ from this run's in one that changes the
+        result; a checkpoint from before arguments were recorded is continued with a warning."""
+        if recorded is None:
+            logger.warning("checkpoint in %s records no run arguments; resuming unchecked", self.checkpoint_dir)
+            return
+        changes = argument_changes(recorded, self.config)
+        if changes:
+            raise ValueError(
+                f"cannot resume {self.checkpoint_dir}: it was written with other arguments, which would change the "
+                "result:\n  " + "\n  ".join(changes) + "\nRun again with the checkpoint's arguments, or start afresh "
+                "in a new output_dir (or with resume=False, which overwrites this checkpoint). Arguments that may "
+                "change on resume: " + ", ".join(sorted(MAY_CHANGE_ON_RESUME)) + " (num_steps may only grow)."
+            )
+
     def resume(self) -> bool:
-        """Load the last checkpoint in output_dir if there is one; True when training continues from it."""
+        """Load the last checkpoint in output_dir if there is one; True when training continues from it. ValueError
+        (before anything is loaded) if the checkpoint was written with arguments that change the result."""
         found = find_checkpoint(self.checkpoint_dir)
         if found is None:
             return False
+        self.check_arguments(read_trainer_state(found).get("arguments"))
         self.state = {**self.state, **load_checkpoint(found, self.drafter, self.optimizer)}
+        self.state["arguments"] = run_arguments(self.config)
         return True
 
     def save(self) -> None:
@@ -190,7 +253,13 @@ class DrafterTrainer:
         save_checkpoint(self.checkpoint_dir, self.drafter, self.optimizer, self.state)
 
     def train(self, on_step_end: Callable[[int, float], None] | None = None) -> dict:
-        """Run to `num_steps`, checkpointing on the way; returns the trainer state (losses, time, tokens)."""
+        """Run to `num_steps`, checkpointing on the way; returns the trainer state (losses, time, tokens).
+
+        Refuses (ValueError) a state resumed from a checkpoint of other arguments, whichever way it was loaded; raises
+        `NonFiniteError` at a non-finite step unless config.nonfinite is "skip" (skipped steps log no loss)."""
+        if self.state.get("arguments") != run_arguments(self.config):
+            self.check_arguments(self.state.get("arguments"))
+            self.state["arguments"] = run_arguments(self.config)
         bar = tqdm(
             total=self.config.num_steps,
             initial=self.state["step"],
@@ -203,7 +272,8 @@ class DrafterTrainer:
             loss = self.train_step()
             self.state["step"] += 1
             self.state["elapsed_s"] += time.perf_counter() - start
-            self.state["losses"].append([self.state["step"], loss])
+            if math.isfinite(loss):
+                self.state["losses"].append([self.state["step"], loss])
             bar.update(1)
             bar.set_postfix(loss=f"{loss:.3f}")
             step = self.state["step"]
@@ -237,4 +307,4 @@ class StepLoss(nn.Module):
         return total, labelled
 
 
-__all__ = ["DrafterTrainer", "StepLoss"]
+__all__ = ["DrafterTrainer", "NonFiniteError", "StepLoss"]

@@ -31,6 +31,8 @@ class DraftTree:
         logq: for nodes of a best-first tree, the drafter's log-probability of the path to the node (the sum of its
             per-depth log q); None for other nodes (prompt lookup, samples). The adaptive budget reads it.
         lookup: True for nodes that only the prompt-lookup branch proposed.
+        copying: the row's previous step accepted a prompt-lookup node (it is copying a span); the adaptive budget
+            values this tree's lookup nodes from that regime's acceptance.
     """
 
     tokens: list[int] = field(default_factory=list)
@@ -39,6 +41,7 @@ class DraftTree:
     q: torch.Tensor | None = None
     logq: list[float | None] = field(default_factory=list)
     lookup: list[bool] = field(default_factory=list)
+    copying: bool = False
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -54,7 +57,7 @@ class DraftTree:
     def keep(self, nodes: list[int]) -> DraftTree:
         """The subtree of `nodes` (every node's parent among them), renumbered in their order, parents first."""
         index = {-1: -1}
-        out = DraftTree(q=self.q)
+        out = DraftTree(q=self.q, copying=self.copying)
         for i in sorted(nodes):
             index[i] = out.add(self.tokens[i], index[self.parents[i]], self.q_of[i], self.logq[i], self.lookup[i])
         return out

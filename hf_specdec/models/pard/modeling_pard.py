@@ -1,0 +1,200 @@
+"""The PARD drafter: a causal LM of the target's family that drafts a whole block in one forward with mask tokens.
+
+Input per pass: the committed tokens not yet in the drafter's own KV cache (the last one is the anchor), then
+K-1 copies of the mask token; plain causal attention. The output at the anchor is draft 1 (the LM's own next-token
+prediction), the output at mask i is draft i + 1. Afterwards the mask entries are cropped from the cache, which
+then holds exactly the committed tokens. docs/pard.md has the method and the training recipe.
+
+Saved two ways: full weights (`save_pretrained`, any size) or, for a drafter adapted with LoRA, only the adapter
+(`adapter_model.safetensors` + `adapter_config.json`) next to this kind's `config.json`, whose `base_model` names the
+causal LM; `from_pretrained` then loads the base and merges the adapter.
+"""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+from safetensors.torch import load_file, save_file
+from transformers import AutoModelForCausalLM, PreTrainedModel
+
+from ..base_models import missing_base_hint, resolve_base_model
+from ..settings import DecodingSettings
+from .configuration_pard import PardConfig
+
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+DRAFT_VOCAB = "draft_vocab.safetensors"  # beside an adapter: the ids the head scores
+
+
+class PardDrafter(PreTrainedModel):
+    """A causal LM plus its mask token (see the module docstring).
+
+    Build one from a same-family model with `PardDrafter.from_causal_lm(lm, target, mask_token_id=...)`, load one
+    with `from_pretrained` / `hf_specdec.load_drafter`, and pass it as `assistant_model` after `import hf_specdec`.
+    """
+
+    config_class = PardConfig
+    base_model_prefix = "pard"
+    main_input_name = "input_ids"
+    _supports_sdpa = True
+    _supports_flex_attn = True
+
+    def __init__(self, config: PardConfig, lm: PreTrainedModel | None = None) -> None:
+        super().__init__(config)
+        self.lm = lm if lm is not None else AutoModelForCausalLM.from_config(config.lm_config())
+        taps = len(config.target_layer_ids) * config.target_hidden_size
+        # PARD-2 style: tapped target features of token t-1, projected, added to token t's input embedding
+        self.feature_proj = nn.Linear(taps, config.hidden_size, bias=False) if config.feature_injection else None
+        vocab = None if config.draft_vocab_size is None else torch.arange(config.draft_vocab_size)  # (Vd,)
+        self.register_buffer("draft_vocab", vocab, persistent=True)  # filled from the checkpoint or set_draft_vocab
+        self.post_init()
+
+    def _init_weights(self, module: nn.Module) -> None:
+        # The LM arrives initialised (from_config) or trained (from_pretrained); only the projection is ours.
+        if module is self.feature_proj:
+            nn.init.zeros_(module.weight)  # a fresh projection leaves the LM's drafts unchanged
+
+    @property
+    def decoding(self) -> DecodingSettings:
+        """Decode-time settings (chain or tree, sampled drafts, prompt lookup, budget); saved in the config."""
+        return DecodingSettings.from_dict(self.config.decoding)
+
+    @decoding.setter
+    def decoding(self, settings: DecodingSettings | dict) -> None:
+        if not isinstance(settings, DecodingSettings):
+            settings = DecodingSettings.from_dict(settings)
+        self.config.decoding = settings.to_dict()
+
+    def set_draft_vocab(self, token_ids: torch.LongTensor) -> None:
+        """Score only `token_ids` with the drafter's head (e.g. the most frequent target tokens)."""
+        ids = torch.as_tensor(token_ids, dtype=torch.long).unique()  # sorted
+        self.config.draft_vocab_size = len(ids)
+        self.draft_vocab = ids.to(self.get_output_embeddings().weight.device)
+
+    @property
+    def trainable_token_indices(self) -> dict[str, list[int]]:
+        """What LoRA training updates besides the adapters (peft `trainable_token_indices`): the mask token's row."""
+        return {"embed_tokens": [self.config.mask_token_id]}
+
+    def head_weight(self, lm_head: nn.Module | None = None) -> torch.Tensor:
+        """(Vd, H) the rows of the drafter's own LM head it scores (a PARD drafter never scores with the target's)."""
+        weight = self.get_output_embeddings().weight
+        return weight if self.draft_vocab is None else weight.index_select(0, self.draft_vocab.to(weight.device))
+
+    def get_input_embeddings(self) -> nn.Module:
+        return self.lm.get_input_embeddings()
+
+    def get_output_embeddings(self) -> nn.Module:
+        return self.lm.get_output_embeddings()
+
+    def input_embeddings(self, input_ids: torch.LongTensor, features: torch.Tensor | None) -> torch.Tensor:
+        """(B, S, H) embeddings of `input_ids`, plus the projected features of the previous token when given.
+
+        `features`: (B, S, L*H) target features aligned with `input_ids` (row s = features of the token before
+        input s; zeros where none is known, e.g. mask slots)."""
+        embeds = self.lm.get_input_embeddings()(input_ids)  # (B, S, H)
+        if self.feature_proj is None or features is None:
+            return embeds
+        return embeds + self.feature_proj(features.to(embeds.dtype))
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor,
+        position_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        past_key_values=None,
+        features: torch.Tensor | None = None,
+        use_cache: bool = False,
+    ):
+        """The LM's decoder over (B, S) ids: returns its `BaseModelOutputWithPast` (last_hidden_state (B, S, H));
+        score rows with `self.lm.lm_head`."""
+        decoder = self.lm.model
+        cache_arg = "cache" if "cache" in inspect.signature(decoder.forward).parameters else "past_key_values"
+        return decoder(
+            inputs_embeds=self.input_embeddings(input_ids, features),
+            position_ids=position_ids,
+            attention_mask=attention_mask,
+            use_cache=use_cache,
+            **{cache_arg: past_key_values},
+        )
+
+    @classmethod
+    def from_causal_lm(
+        cls,
+        lm: PreTrainedModel,
+        target: PreTrainedModel,
+        *,
+        mask_token_id: int,
+        block_size: int = 8,
+        base_model: str | None = None,
+        **config_kwargs,
+    ) -> PardDrafter:
+        """A PARD drafter over `lm` (its weights are used, not copied) for `target`."""
+        base_model = base_model or getattr(lm.config, "_name_or_path", None) or None
+        config = PardConfig.for_target(
+            target.config,
+            lm.config,
+            mask_token_id=mask_token_id,
+            block_size=block_size,
+            base_model=base_model,
+            **config_kwargs,
+        )
+        drafter = cls(config, lm=lm)
+        return drafter.to(device=lm.device, dtype=lm.dtype)
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        """Full weights load as usual; a folder with an adapter and no weights loads `base_model` and merges the
+        adapter; a folder with only the config loads `base_model` as it is."""
+        folder = Path(pretrained_model_name_or_path)
+        if folder.is_dir() and not any(folder.glob("model*.safetensors")):
+            if (folder / ADAPTER_WEIGHTS).is_file():
+                return cls.from_adapter_folder(folder, dtype=kwargs.get("dtype"), device_map=kwargs.get("device_map"))
+            # a config alone: the base LM as is (an untrained mask token: its first draft is the LM's next token)
+            config = PardConfig.from_pretrained(folder)
+            return cls.from_base(
+                config, dtype=kwargs.get("dtype"), device_map=kwargs.get("device_map"), relative_to=folder
+            )
+        kwargs.setdefault("use_safetensors", True)
+        return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+
+    @classmethod
+    def from_base(cls, config: PardConfig, dtype=None, device_map=None, relative_to=None) -> PardDrafter:
+        """A drafter with the weights of `config.base_model` (no adapter)."""
+        if not config.base_model:
+            raise ValueError("this PARD config names no base_model; load full weights or set config.base_model")
+        where = resolve_base_model(config.base_model, relative_to)
+        try:
+            lm = AutoModelForCausalLM.from_pretrained(where, dtype=dtype or "auto", device_map=device_map)
+        except OSError as err:
+            raise OSError(missing_base_hint(config.base_model)) from err
+        drafter = cls(config, lm=lm)
+        return drafter.to(device=lm.device, dtype=lm.dtype)
+
+    @classmethod
+    def from_adapter_folder(cls, folder: str | Path, dtype=None, device_map=None) -> PardDrafter:
+        """Base (`config.base_model`) + the LoRA adapter saved in `folder`, merged."""
+        from peft import PeftModel
+
+        config = PardConfig.from_pretrained(folder)
+        drafter = cls.from_base(config, dtype=dtype, device_map=device_map, relative_to=folder)
+        merged = PeftModel.from_pretrained(drafter, str(folder)).merge_and_unload()
+        merged.config = config
+        if (Path(folder) / DRAFT_VOCAB).is_file():
+            merged.draft_vocab = load_file(str(Path(folder) / DRAFT_VOCAB))["draft_vocab"].to(merged.device)
+        elif config.draft_vocab_size is not None:
+            raise ValueError(
+                f"{folder} sets draft_vocab_size but has no {DRAFT_VOCAB}; save it with save_adapter_folder"
+            )
+        return merged
+
+    def save_adapter_folder(self, folder: str | Path) -> None:
+        """What an adapter folder holds besides peft's adapter files: this kind's config and the draft vocabulary."""
+        self.config.save_pretrained(folder)
+        if self.draft_vocab is not None:
+            save_file({"draft_vocab": self.draft_vocab.cpu().contiguous()}, str(Path(folder) / DRAFT_VOCAB))
+
+
+__all__ = ["ADAPTER_WEIGHTS", "DRAFT_VOCAB", "PardDrafter"]

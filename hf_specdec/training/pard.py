@@ -1,0 +1,154 @@
+"""Training a PARD drafter: a same-family causal LM learns to draft a block with mask tokens (docs/pard.md).
+
+One sequence of T tokens becomes one packed pass (PARD's layout): the T real tokens (depth 0), then for depth
+d = 1..K-1 the kept mask copies; the copy at slot t and depth d has position t, its anchor is a = t - d, it sees
+the real tokens 0..a and the same anchor's copies at depths 1..d, and it is supervised with the label of slot t
+(the target's greedy choice after position t): the token d + 1 places after its anchor.
+Conditional drop keeps at depth d a random share max(r^d, floor) of the slots whose depth d-1 copy one slot earlier
+was kept, so every kept copy's chain of earlier masks is there too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+from transformers import AutoModelForCausalLM, PreTrainedModel
+
+from ..models.base_models import missing_base_hint, resolve_base_model
+from ..models.loading import load_drafter
+from ..models.pard import PardDrafter
+from .checkpoint import TrainableOnly, find_checkpoint, load_checkpoint, save_checkpoint
+from .config import PardTrainingConfig
+from .data import TrainingSequence
+from .trainer import DrafterTrainer
+
+
+@dataclass
+class PardLayout:
+    """One packed PARD training pass (N = T real tokens + kept mask copies)."""
+
+    depth: torch.LongTensor  # (N,) 0 for real tokens, d for a depth-d mask copy
+    slot: torch.LongTensor  # (N,) position t of the element
+    anchor: torch.LongTensor  # (N,) t - d: the last real token the element may see
+
+    def input_ids(self, ids: torch.LongTensor, mask_token_id: int) -> torch.LongTensor:
+        """(N,) real tokens at depth 0, the mask token elsewhere."""
+        return torch.where(self.depth == 0, ids[self.slot], torch.full_like(self.slot, mask_token_id))
+
+    def allowed(self) -> torch.Tensor:
+        """(N, N) element e may attend element f: a real token up to e's anchor, or a mask copy of e's anchor at a
+        depth up to e's own."""
+        e_anchor, e_depth = self.anchor[:, None], self.depth[:, None]
+        f_real, f_anchor, f_depth = (self.depth == 0)[None], self.anchor[None], self.depth[None]
+        real = f_real & (self.slot[None] <= e_anchor)
+        masks = ~f_real & (f_anchor == e_anchor) & (f_depth <= e_depth)
+        return real | masks
+
+
+def conditional_drop_layout(
+    length: int, block_size: int, ratio: float, floor: float, rng: torch.Generator | None = None
+) -> PardLayout:
+    """The real tokens plus, per depth d = 1..K-1, round(T * max(ratio^d, floor)) mask copies drawn from the slots
+    whose depth d-1 copy sits one slot earlier (ratio 1: every copy, PARD without conditional drop)."""
+    slots = [torch.arange(length)]  # depth 0: every real token
+    prev = torch.arange(length)
+    for d in range(1, block_size):
+        candidates = prev + 1
+        candidates = candidates[candidates < length]
+        keep = min(len(candidates), max(1, round(length * max(ratio**d, floor)))) if len(candidates) else 0
+        if keep == 0:
+            break
+        chosen = candidates[torch.randperm(len(candidates), generator=rng)[:keep]].sort().values
+        slots.append(chosen)
+        prev = chosen
+    depth = torch.cat([torch.full_like(s, d) for d, s in enumerate(slots)])
+    slot = torch.cat(slots)
+    return PardLayout(depth=depth, slot=slot, anchor=slot - depth)
+
+
+class PardTrainer(DrafterTrainer):
+    """Cross-entropy of every kept element against the target's greedy choice at its slot (teacher-forced, cached
+    with the sequences), LoRA on the LM plus the mask token's embedding row, or full fine-tuning."""
+
+    objective: ClassVar[str] = "pard"
+    adapter_folder_is_a_drafter: ClassVar[bool] = True  # the adapter folder also gets the PARD config: loadable
+
+    @classmethod
+    def build_drafter(cls, config: PardTrainingConfig, target: PreTrainedModel) -> PardDrafter:
+        """The drafter to train in float32: `config.drafter` when given, else `config.base_lm` with a mask token."""
+        if config.drafter:
+            drafter = load_drafter(config.drafter, dtype=torch.float32)
+        else:
+            where = resolve_base_model(config.base_lm)
+            try:
+                lm = AutoModelForCausalLM.from_pretrained(where, dtype=torch.float32)
+            except OSError as err:
+                raise OSError(missing_base_hint(config.base_lm)) from err
+            mask = config.mask_token_id if config.mask_token_id is not None else lm.config.vocab_size - 1
+            drafter = PardDrafter.from_causal_lm(
+                lm,
+                target,
+                mask_token_id=mask,
+                block_size=config.block_size,
+                base_model=config.base_lm,
+                feature_injection=config.feature_injection,
+                num_target_taps=config.num_target_taps,
+                target_name_or_path=config.target,
+            )
+        return drafter.to(device=target.device, dtype=torch.float32)
+
+    def __init__(self, config, target, drafter, sequences) -> None:
+        super().__init__(config, target, drafter, sequences)
+        self.autocast = target.dtype == torch.bfloat16  # bf16 matmuls, float32 master weights
+
+    def sequence_loss(self, seq: TrainingSequence, rng: torch.Generator) -> tuple[torch.Tensor, int]:
+        """Mean cross-entropy of one sequence's packed pass, and how many labels it had."""
+        cfg, dev = self.drafter.config, self.device
+        T = seq.ids.shape[0]
+        layout = conditional_drop_layout(T, cfg.block_size, self.config.cod_ratio, self.config.cod_floor, rng)
+        ids = layout.input_ids(seq.ids, cfg.mask_token_id).to(dev)[None]  # (1, N)
+        mask = torch.zeros(layout.slot.shape[0], layout.slot.shape[0], device=dev)  # (N, N) additive
+        mask.masked_fill_(~layout.allowed().to(dev), torch.finfo(mask.dtype).min)
+        labels_by_slot = seq.ids[1:] if seq.next_tokens is None else seq.next_tokens[:-1]  # (T-1,) label of slot t
+        labels = torch.full_like(layout.slot, -100)  # (N,)
+        ok = (layout.slot < T - 1) & (layout.slot >= seq.loss_start - 1)
+        labels[ok] = labels_by_slot[layout.slot[ok]]
+        features = self.injected_features(seq, layout, rng)  # (1, N, L*H) or None
+        hidden = self.drafter(
+            ids,
+            position_ids=layout.slot.to(dev)[None],
+            attention_mask=mask[None, None].to(self.drafter.dtype),
+            features=features,
+        ).last_hidden_state[0]  # (N, H)
+        rows = labels != -100
+        logits = self.drafter.get_output_embeddings()(hidden[rows.to(dev)])  # (n, V)
+        return F.cross_entropy(logits.float(), labels[rows].to(dev)), int(rows.sum())
+
+    def injected_features(self, seq: TrainingSequence, layout: PardLayout, rng: torch.Generator):
+        """(1, N, L*H) features of the token before each element's input (masks: their anchor's), zero for the whole
+        sequence with probability feature_dropout; None without feature injection."""
+        if self.drafter.feature_proj is None:
+            return None
+        if float(torch.rand((), generator=rng)) < self.config.feature_dropout:
+            return None
+        feats = torch.cat([seq.features.new_zeros(1, seq.features.shape[1]), seq.features[:-1]])  # (T, L*H)
+        source = torch.where(layout.depth == 0, layout.slot, layout.anchor)
+        return feats[source].to(self.device, self.drafter.dtype)[None]
+
+    # LoRA on a 0.5B model: checkpoints hold the trainable tensors only (megabytes, not gigabytes)
+    def resume(self) -> bool:
+        found = find_checkpoint(self.checkpoint_dir)
+        if found is None:
+            return False
+        self.state = {**self.state, **load_checkpoint(found, TrainableOnly(self.drafter), self.optimizer)}
+        return True
+
+    def save(self) -> None:
+        if self.processes.is_main_process:
+            save_checkpoint(self.checkpoint_dir, TrainableOnly(self.drafter), self.optimizer, self.state)
+
+
+__all__ = ["PardLayout", "PardTrainer", "conditional_drop_layout"]

@@ -1,0 +1,201 @@
+"""The PARD drafter kind: a causal LM plus a mask token, drafting a block in one forward.
+
+Contracts: greedy output equals plain greedy with drafts that are all, none or exactly j accepted (chain, tree,
+lookup branch, transformers' loop and hf_specdec's, batches, the server); the drafter's cache holds exactly the
+committed tokens after every pass; a PARD over the target itself has its first draft accepted at every step; a
+zero-initialised feature projection drafts exactly as the plain LM; an adapter folder loads as base + adapter.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from conftest import MASK_ID, VOCAB, OracleReference, OracleScores, assert_batch_and_server_equal_plain, tiny_target
+from peft import LoraConfig, get_peft_model
+from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+
+import hf_specdec
+from hf_specdec import DecodingSettings, PardCandidateGenerator, PardConfig, PardDrafter
+
+
+class OraclePardGenerator(OracleScores, PardCandidateGenerator):
+    pass
+
+
+class OraclePardDrafter(OracleReference, PardDrafter):
+    pass
+
+
+hf_specdec.register_drafter_kind(OraclePardDrafter, OraclePardGenerator, config_class=PardConfig)
+
+
+def tiny_lm(seed: int = 5, layers: int = 2) -> LlamaForCausalLM:
+    """A small causal LM sharing the tiny targets' vocabulary (the 'same family' of the tests)."""
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+        initializer_range=0.3,
+    )
+    return LlamaForCausalLM(config).eval()
+
+
+def pard(target, block_size=4, cls=PardDrafter, lm=None, **kwargs) -> PardDrafter:
+    drafter = cls.from_causal_lm(lm or tiny_lm(), target, mask_token_id=MASK_ID, block_size=block_size, **kwargs)
+    drafter.decoding = DecodingSettings(budget="fixed")
+    return drafter.eval()
+
+
+def pard_oracle(target, prompt, block_size, corrupt_at, new_tokens) -> OraclePardDrafter:
+    drafter = pard(target, block_size, cls=OraclePardDrafter)
+    drafter.reference = target.generate(
+        prompt, max_new_tokens=new_tokens + block_size, do_sample=False, eos_token_id=None
+    )
+    drafter.corrupt_at = corrupt_at
+    return drafter
+
+
+SETTINGS = {
+    "chain (transformers' loop)": DecodingSettings(budget="fixed"),
+    "tree": DecodingSettings(budget="fixed", tree_budget=6, tree_topk=2),
+    "chain + lookup": DecodingSettings(budget="fixed", prompt_lookup_tokens=3),
+    "adaptive": DecodingSettings(),
+}
+
+
+@pytest.mark.parametrize("corrupt_at", [None, 0, 2])
+@pytest.mark.parametrize("name", list(SETTINGS))
+def test_greedy_output_equals_plain_when_all_none_or_j_drafts_are_accepted(target, prompt, corrupt_at, name):
+    plain = target.generate(prompt, max_new_tokens=20, do_sample=False)
+    drafter = pard_oracle(target, prompt, 5, corrupt_at, 20)
+    drafter.decoding = SETTINGS[name]
+    out = target.generate(prompt, max_new_tokens=20, do_sample=False, assistant_model=drafter)
+    assert torch.equal(out, plain)
+    stats = drafter.last_acceptance_stats
+    if name.startswith("chain"):  # every full block accepts the pattern asked for (lookup may add more)
+        expected = {None: 4, 0: 0, 2: 2}[corrupt_at]
+        full = [a for d, a in zip(stats.drafted, stats.accepted, strict=True) if d == 4]
+        assert full and all(a >= expected if "lookup" in name else a == expected for a in full)
+
+
+def test_pard_over_the_target_itself_has_its_first_draft_accepted_every_step(prompt):
+    """Draft 1 is the LM's own next token at the anchor: with the target as the LM it is always right, which holds
+    only if the drafter's cache and positions line up with the committed tokens at every step."""
+    target = tiny_target("llama")
+    twin = tiny_target("llama")  # same seed: the same weights
+    drafter = pard(target, block_size=4, lm=twin)
+    plain = target.generate(prompt, max_new_tokens=24, do_sample=False)
+    out = target.generate(prompt, max_new_tokens=24, do_sample=False, assistant_model=drafter)
+    assert torch.equal(out, plain)
+    stats = drafter.last_acceptance_stats
+    assert all(a >= 1 for a, d in zip(stats.accepted, stats.drafted, strict=True) if d)
+
+
+def test_the_drafter_cache_holds_exactly_the_committed_tokens(target, prompt):
+    drafter = pard(target, block_size=4)
+    gen = PardCandidateGenerator(drafter, target, GenerationConfig(max_length=64))
+    ids = prompt
+    for extra in ([7], [8, 9, 10], [11]):  # commits of 1, 3 and 1 tokens
+        ids = torch.cat([ids, torch.tensor([extra])], dim=-1)
+        hidden, scores = gen.draft_scores(ids, 3)
+        assert gen.cache.get_seq_length() == ids.shape[1]
+        assert hidden.shape == (3, drafter.config.hidden_size) and scores.shape == (3, VOCAB)
+    # the same drafts as a fresh pass over the whole sequence (the cache changes nothing)
+    fresh = PardCandidateGenerator(drafter, target, GenerationConfig(max_length=64))
+    assert torch.allclose(fresh.draft_scores(ids, 3)[1], scores, atol=1e-5)
+
+
+def test_batches_and_the_server_equal_plain(target):
+    g = torch.Generator().manual_seed(9)
+    prompts = [torch.randint(3, VOCAB - 1, (n,), generator=g) for n in (9, 14)]
+    drafter = pard(target, block_size=4)
+    drafter.decoding = DecodingSettings(budget="fixed", tree_budget=4, tree_topk=2)
+    assert_batch_and_server_equal_plain(target, drafter, prompts, new_tokens=12)
+
+
+@pytest.mark.parametrize("name", ["chain (transformers' loop)", "tree", "adaptive"])
+def test_a_draft_vocabulary_keeps_output_exact(target, prompt, name):
+    drafter = pard(target, block_size=4)
+    drafter.set_draft_vocab(torch.arange(3, 120))  # the head scores ids 3..119 only
+    drafter.decoding = SETTINGS[name]
+    out = target.generate(prompt, max_new_tokens=16, do_sample=False, assistant_model=drafter)
+    assert torch.equal(out, target.generate(prompt, max_new_tokens=16, do_sample=False))
+    gen = PardCandidateGenerator(drafter, target, GenerationConfig(max_length=64))
+    tree = gen.greedy_tree(prompt, 3, 0, 1)
+    assert all(3 <= t < 120 for t in tree.tokens)  # drafts come from the draft vocabulary, as full ids
+
+
+def test_a_fresh_feature_projection_drafts_exactly_as_the_plain_lm(target, prompt):
+    lm = tiny_lm()
+    plain_drafter = pard(target, lm=lm)
+    injected = pard(target, lm=lm, feature_injection=True)
+    assert torch.count_nonzero(injected.feature_proj.weight) == 0
+    for drafter in (plain_drafter, injected):
+        drafter.decoding = DecodingSettings(budget="fixed")
+        target.generate(prompt, max_new_tokens=16, do_sample=False, assistant_model=drafter)
+    assert plain_drafter.last_acceptance_stats.accepted == injected.last_acceptance_stats.accepted
+    torch.nn.init.normal_(injected.feature_proj.weight, std=1.0)  # features that change the drafts: still exact
+    for name in ("chain (transformers' loop)", "tree"):
+        injected.decoding = SETTINGS[name]
+        out = target.generate(prompt, max_new_tokens=16, do_sample=False, assistant_model=injected)
+        assert torch.equal(out, target.generate(prompt, max_new_tokens=16, do_sample=False))
+
+
+def test_saved_full_weights_and_adapter_folders_load_with_load_drafter(tmp_path, target, prompt):
+    lm = tiny_lm()
+    lm.save_pretrained(tmp_path / "base")
+    drafter = pard(target, lm=lm, base_model=str(tmp_path / "base"))
+    drafter.save_pretrained(tmp_path / "full")
+    again = hf_specdec.load_drafter(tmp_path / "full")
+    assert isinstance(again, PardDrafter) and again.config.block_size == 4
+    # a config alone: the base LM as it is (a zero-shot PARD drafter)
+    drafter.config.save_pretrained(tmp_path / "zero-shot")
+    zero = hf_specdec.load_drafter(tmp_path / "zero-shot")
+    assert torch.equal(zero.lm.lm_head.weight, lm.lm_head.weight)
+    # an adapter folder: this kind's config.json + a LoRA adapter; base_model names the LM
+    peft_model = get_peft_model(drafter, LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+    peft_model.save_pretrained(tmp_path / "adapter")
+    merged = peft_model.merge_and_unload()
+    merged.set_draft_vocab(torch.arange(3, 200))  # a draft vocabulary travels with the adapter folder
+    merged.save_adapter_folder(tmp_path / "adapter")
+    assert not list((tmp_path / "adapter").glob("model*.safetensors"))
+    loaded = hf_specdec.load_drafter(tmp_path / "adapter")
+    assert isinstance(loaded, PardDrafter)
+    for a, b in zip(loaded.state_dict().values(), merged.state_dict().values(), strict=True):
+        assert torch.equal(a, b) if a.dtype == torch.long else torch.allclose(a, b)
+    assert torch.equal(loaded.draft_vocab, torch.arange(3, 200))
+    config = json.loads((tmp_path / "adapter" / "config.json").read_text())
+    assert config["model_type"] == "hf_specdec_pard" and config["base_model"] == str(tmp_path / "base")
+
+
+def test_a_missing_base_model_says_how_to_build_it(tmp_path, target):
+    drafter = pard(target, base_model="no-such-offline-model")
+    peft_model = get_peft_model(drafter, LoraConfig(r=2, target_modules=["q_proj"]))
+    peft_model.save_pretrained(tmp_path / "adapter")
+    drafter.config.save_pretrained(tmp_path / "adapter")
+    with pytest.raises(OSError, match="scripts/offline_models.py no-such-offline-model"):
+        hf_specdec.load_drafter(tmp_path / "adapter")
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"mask_token_id": -1}, "mask_token_id"),
+        ({"mask_token_id": VOCAB}, "mask_token_id"),
+        ({"target_layer_ids": [-1]}, "target_layer_ids"),
+        ({"block_size": 1}, "block_size"),
+    ],
+)
+def test_bad_configs_are_refused_when_built(target, change, message):
+    with pytest.raises(ValueError, match=message):
+        PardConfig.for_target(target.config, tiny_lm().config, **{"mask_token_id": MASK_ID, **change})

@@ -1,0 +1,142 @@
+"""Training a PARD drafter: the conditional-drop layout, the loss going down, LoRA runs that resume exactly and
+save an adapter folder that loads as a drafter."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from conftest import MASK_ID, saved_run_inputs
+from test_pard import tiny_lm
+
+import hf_specdec
+from hf_specdec import PardDrafter
+from hf_specdec.training.config import DistillationConfig
+from hf_specdec.training.pard import conditional_drop_layout
+from hf_specdec.training.run import run, set_up
+
+
+def test_every_kept_mask_row_keeps_its_chain_and_sees_only_its_anchor_prefix():
+    g = torch.Generator().manual_seed(0)
+    layout = conditional_drop_layout(40, 8, ratio=0.7, floor=0.2, rng=g)
+    kept = {(int(d), int(t)) for d, t in zip(layout.depth, layout.slot, strict=True)}
+    counts = [int((layout.depth == d).sum()) for d in range(8)]
+    assert counts[0] == 40 and counts[1] == 28 and counts[7] == 8  # round(40 * max(0.7^d, 0.2))
+    for d, t in kept:
+        if d > 0:
+            assert (d - 1, t - 1) in kept  # the chain of earlier masks is there
+    allowed = layout.allowed()
+    for e, (d, _t, a) in enumerate(
+        zip(layout.depth.tolist(), layout.slot.tolist(), layout.anchor.tolist(), strict=True)
+    ):
+        seen = {(layout.depth[f].item(), layout.slot[f].item()) for f in allowed[e].nonzero().flatten().tolist()}
+        expected = {(0, s) for s in range(a + 1)} | {(j, a + j) for j in range(1, d + 1)}
+        assert seen == expected
+
+
+def test_without_drop_every_copy_is_there():
+    layout = conditional_drop_layout(10, 4, ratio=1.0, floor=1.0)
+    assert [int((layout.depth == d).sum()) for d in range(4)] == [10, 9, 8, 7]
+
+
+def _config(tmp_path, **overrides) -> DistillationConfig:
+    values = dict(
+        objective="pard",
+        target=str(tmp_path / "target"),
+        output_dir=str(tmp_path / "run"),
+        data_file=str(tmp_path / "data.jsonl"),
+        base_lm=str(tmp_path / "lm"),
+        block_size=4,
+        mask_token_id=MASK_ID,
+        num_steps=30,
+        batch_size=2,
+        learning_rate=3e-3,
+        save_every=10,
+        num_target_taps=1,
+    )
+    return DistillationConfig(**{**values, **overrides})
+
+
+def test_pard_training_lowers_the_loss_and_saves_a_loadable_adapter_folder(tmp_path):
+    saved_run_inputs(tmp_path, sequences=4)
+    tiny_lm().save_pretrained(tmp_path / "lm")
+    run(_config(tmp_path, lora_rank=4, lora_alpha=8))
+    log = json.loads((tmp_path / "run" / "training_log.json").read_text())
+    losses = [loss for _, loss in log["losses"]]
+    assert log["objective"] == "pard"
+    assert sum(losses[-5:]) / 5 < 0.9 * sum(losses[:5]) / 5
+    adapter = tmp_path / "run" / "adapter"
+    assert (adapter / "config.json").is_file() and (adapter / "adapter_model.safetensors").is_file()
+    drafter = hf_specdec.load_drafter(adapter)
+    merged = hf_specdec.load_drafter(tmp_path / "run" / "drafter")
+    assert isinstance(drafter, PardDrafter) and isinstance(merged, PardDrafter)
+    mask_row = drafter.get_input_embeddings().weight[MASK_ID]
+    assert not torch.allclose(mask_row, tiny_lm().get_input_embeddings().weight[MASK_ID])  # the mask row trained
+    for name, tensor in merged.state_dict().items():
+        assert torch.allclose(drafter.state_dict()[name].float(), tensor.float(), atol=1e-2), name
+    size = (tmp_path / "run" / "checkpoint" / "model.safetensors").stat().st_size  # trainable tensors only
+    assert size < 0.5 * sum(p.numel() * 4 for p in tiny_lm().parameters())
+
+
+def test_a_killed_pard_run_resumes_to_the_same_adapter(tmp_path):
+    for name in ("a", "b"):
+        saved_run_inputs(tmp_path / name, sequences=4)
+        tiny_lm().save_pretrained(tmp_path / name / "lm")
+    run(_config(tmp_path / "a", lora_rank=4, num_steps=12, save_every=4))
+    config = _config(tmp_path / "b", lora_rank=4, num_steps=12, save_every=4)
+    trainer, _ = set_up(config.for_objective())
+
+    def crash(step, loss):
+        if step == 6:  # after the checkpoint at step 4: steps 5-6 are lost
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        trainer.train(on_step_end=crash)
+    run(config)
+    log = json.loads((tmp_path / "b" / "run" / "training_log.json").read_text())
+    assert log["resumed"] and log["steps"] == 12
+    a = hf_specdec.load_drafter(tmp_path / "a" / "run" / "drafter").state_dict()
+    b = hf_specdec.load_drafter(tmp_path / "b" / "run" / "drafter").state_dict()
+    for name, tensor in a.items():
+        assert torch.equal(tensor, b[name]), name
+
+
+def test_the_packed_pass_honours_the_layout_mask():
+    """A mask row's output does not move when a real token past its anchor changes (the model uses the 4-D mask)."""
+    from conftest import tiny_target
+
+    target = tiny_target("llama")
+    drafter = PardDrafter.from_causal_lm(tiny_lm(), target, mask_token_id=MASK_ID, block_size=4).eval()
+    layout = conditional_drop_layout(12, 4, ratio=1.0, floor=1.0)
+    ids = torch.randint(3, 200, (12,), generator=torch.Generator().manual_seed(1))
+    mask = torch.zeros(len(layout.slot), len(layout.slot)).masked_fill(~layout.allowed(), float("-inf"))
+
+    def hidden(seq):
+        x = layout.input_ids(seq, MASK_ID)[None]
+        return drafter(x, position_ids=layout.slot[None], attention_mask=mask[None, None]).last_hidden_state[0]
+
+    changed = ids.clone()
+    changed[6] = (ids[6] + 1) % 200 + 3
+    a, b = hidden(ids), hidden(changed)
+    blind = layout.anchor < 6  # elements whose anchor is before slot 6 must not see it
+    assert torch.allclose(a[blind], b[blind], atol=1e-5)
+    assert not torch.allclose(a[~blind], b[~blind], atol=1e-5)
+
+
+def test_export_only_saves_a_checkpoint_mid_run_without_training_on(tmp_path):
+    saved_run_inputs(tmp_path, sequences=4)
+    tiny_lm().save_pretrained(tmp_path / "lm")
+    config = _config(tmp_path, lora_rank=4, num_steps=12, save_every=4)
+    trainer, _ = set_up(config.for_objective())
+
+    def crash(step, loss):
+        if step == 6:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        trainer.train(on_step_end=crash)
+    run(_config(tmp_path, lora_rank=4, num_steps=12, save_every=4, export_only=True))
+    log = json.loads((tmp_path / "run" / "training_log.json").read_text())
+    assert log["steps"] == 4 and log["resumed"]  # the checkpoint at step 4, saved as it is
+    assert isinstance(hf_specdec.load_drafter(tmp_path / "run" / "adapter"), PardDrafter)

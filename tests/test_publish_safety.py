@@ -1,0 +1,173 @@
+"""Publishing uploads what it means to: an allow-list of the drafter folder's files (and extra files named), no
+symlinks, no file holding the Hub token, a dry run that lists the files; shipping checks the drafter's name and size
+before it touches the drafter already shipped. Against the loopback Hub of tests/hub_server.py."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import test_hub
+from huggingface_hub import HfApi
+from test_hub import REPO_ROOT, TOKEN, save_drafter
+
+from hf_specdec.hub import publish_drafter
+from hf_specdec.hub import ship as ship_module
+from hf_specdec.hub.ship import ship_drafter
+
+local_hub, hub_env, tiny = test_hub.local_hub, test_hub.hub_env, test_hub.tiny  # the loopback Hub's fixtures
+OWN_FILES = ["README.md", "TRAINING.md", "config.json", "model.safetensors"]  # what save_drafter leaves, + the card
+
+
+def cluttered(folder: Path) -> Path:
+    """A drafter folder as a run leaves it: the drafter and TRAINING.md, plus optimizer state, logs and notes."""
+    (folder / "optimizer.safetensors").write_bytes((folder / "model.safetensors").read_bytes())
+    (folder / "trainer_state.json").write_text('{"step": 3}')
+    (folder / "train.log").write_text("step 3 loss 4.2\n")
+    (folder / "notes.md").write_text("private notes\n")
+    (folder / "EVAL.md").write_text("# evaluation\n")
+    (folder / "sub").mkdir()
+    (folder / "sub" / "extra.txt").write_text("nested\n")
+    return folder
+
+
+def tree(root: Path) -> dict[str, str]:
+    """Every file and link under `root` with its content hash (links: their target)."""
+    out = {}
+    for path in sorted(root.rglob("*")):
+        key = str(path.relative_to(root))
+        if path.is_symlink():
+            out[key] = "-> " + os.readlink(path)
+        elif path.is_file():
+            out[key] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return out
+
+
+def test_only_the_allow_list_and_named_extras_go_up_and_a_dry_run_lists_them(hub_env, tiny, tmp_path):
+    folder = cluttered(save_drafter(tiny[1], tmp_path / "drafter"))
+    planned = publish_drafter(folder, "org/allow", extra_files=["EVAL.md"], dry_run=True)
+    assert planned == sorted(OWN_FILES + ["EVAL.md"])
+    assert not HfApi().repo_exists("org/allow")  # the dry run sent nothing
+    publish_drafter(folder, "org/allow", extra_files=["EVAL.md"])
+    assert set(HfApi().list_repo_files("org/allow")) - {".gitattributes"} == set(planned)
+    publish_drafter(folder, "org/plain")
+    assert set(HfApi().list_repo_files("org/plain")) - {".gitattributes"} == set(OWN_FILES)
+
+
+@pytest.mark.parametrize("which", ["model.safetensors", "TRAINING.md", "EVAL.md"])
+def test_symlinks_are_refused_before_anything_is_sent(hub_env, tiny, tmp_path, which):
+    folder = save_drafter(tiny[1], tmp_path / "drafter")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    real = outside / which
+    real.write_bytes((folder / which).read_bytes() if (folder / which).exists() else b"elsewhere\n")
+    (folder / which).unlink(missing_ok=True)
+    (folder / which).symlink_to(real)
+    for dry_run in (True, False):
+        with pytest.raises(ValueError, match=rf"symlinks \['{which}'\].*refusing to follow"):
+            publish_drafter(
+                folder, "org/linked", extra_files=["EVAL.md"] if which == "EVAL.md" else (), dry_run=dry_run
+            )
+    assert not HfApi().repo_exists("org/linked")
+
+
+@pytest.mark.parametrize(
+    "file, token_from",
+    [("TRAINING.md", "environment"), ("EVAL.md", "environment"), ("EVAL.md", "argument"), ("vocab.json", "argument")],
+)
+def test_a_file_holding_the_token_is_refused_before_anything_is_sent(
+    hub_env, tiny, tmp_path, monkeypatch, file, token_from
+):
+    folder = save_drafter(tiny[1], tmp_path / "drafter")
+    (folder / file).write_text(f"trained with --hub_token {TOKEN} by mistake\n")
+    token = None
+    if token_from == "argument":  # the token passed to publish_drafter, not the logged-in one
+        monkeypatch.setenv("HF_TOKEN", "hf_another-token-entirely")
+        token = TOKEN
+    extras = ["EVAL.md"] if file == "EVAL.md" else []
+    for dry_run in (True, False):
+        with pytest.raises(ValueError) as refused:
+            publish_drafter(folder, "org/leaky", token=token, extra_files=extras, dry_run=dry_run)
+        assert f"['{file}']" in str(refused.value) and "contain your Hub token" in str(refused.value)
+        assert TOKEN not in str(refused.value)
+    assert not HfApi().repo_exists("org/leaky")
+    (folder / file).write_text("no secrets here\n")
+    assert file in publish_drafter(folder, "org/leaky", token=token, extra_files=extras, dry_run=True)
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "../outside.md", "sub/extra.txt", "missing.md", "README.md"])
+def test_extra_files_must_be_files_of_the_folder(hub_env, tiny, tmp_path, name):
+    folder = cluttered(save_drafter(tiny[1], tmp_path / "drafter"))
+    (tmp_path / "outside.md").write_text("outside\n")
+    with pytest.raises(ValueError, match="extra file|README.md"):
+        publish_drafter(folder, "org/extras", extra_files=[name], dry_run=True)
+
+
+def make_run(root: Path, drafter) -> Path:
+    """What ship_drafter reads of a training run: run/drafter, the trainer state and the data index."""
+    run = root / "run"
+    drafter.save_pretrained(run / "drafter")
+    (run / "checkpoint").mkdir(parents=True)
+    state = {"step": 4, "elapsed_s": 9.0, "supervised_tokens": 100, "losses": [[i, 5.0 - i] for i in range(1, 5)]}
+    (run / "checkpoint" / "trainer_state.json").write_text(json.dumps(state))
+    (run / "data").mkdir()
+    (run / "data" / "index.json").write_text(json.dumps({"sequences": 3}))
+    return run
+
+
+def shipped_repo(root: Path) -> Path:
+    """A repository with one shipped drafter (drafters/kept) and a folder beside drafters/ (outside)."""
+    repo = root / "repo"
+    for folder in (repo / "drafters" / "kept", repo / "outside"):
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text('{"decoding": {"tree_budget": 8}}')
+        (folder / "model.safetensors").write_bytes(b"old weights")
+    return repo
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "../outside", "kept/../../outside", "a/b", "ABSOLUTE", ".hidden"])
+def test_ship_refuses_a_name_that_is_not_one_drafter_folder(tiny, tmp_path, name):
+    run, repo = make_run(tmp_path, tiny[1]), shipped_repo(tmp_path)
+    name = str(repo / "outside") if name == "ABSOLUTE" else name
+    before = tree(repo)
+    with pytest.raises(ValueError, match="is not a drafter folder name"):
+        ship_drafter(run, name, "python scripts/train_drafter.py", drafters_dir=repo / "drafters")
+    assert tree(repo) == before
+
+
+def test_ship_script_with_name_dot_leaves_every_drafter_in_place(tiny, tmp_path):
+    run, repo = make_run(tmp_path, tiny[1]), shipped_repo(tmp_path)
+    before = tree(repo)
+    script = [sys.executable, str(REPO_ROOT / "scripts" / "ship_drafter.py"), "--run", str(run), "--command", "x"]
+    env = os.environ | {"TQDM_DISABLE": "1"}
+    for name in (".", ""):
+        done = subprocess.run([*script, "--name", name], cwd=repo, env=env, capture_output=True, text=True)
+        assert done.returncode != 0 and "is not a drafter folder name" in done.stderr, done.stderr[-2000:]
+    assert tree(repo) == before
+
+
+def test_ship_refuses_an_oversized_drafter_before_touching_the_shipped_one(tiny, tmp_path, monkeypatch):
+    run, repo = make_run(tmp_path, tiny[1]), shipped_repo(tmp_path)
+    before = tree(repo)
+    monkeypatch.setattr(ship_module, "LIMIT", 1024)  # the tiny drafter stands in for one over 64 MiB
+    with pytest.raises(ValueError, match="over the .* limit.*already shipped under this name is unchanged"):
+        ship_drafter(run, "kept", "python scripts/train_drafter.py", drafters_dir=repo / "drafters")
+    assert tree(repo) == before  # the old drafter, and no staging folder left behind
+    monkeypatch.undo()
+    out = ship_drafter(run, "kept", "python scripts/train_drafter.py", drafters_dir=repo / "drafters")
+    assert json.loads((out / "config.json").read_text())["decoding"]["tree_budget"] == 8  # the default survives
+    assert (out / "model.safetensors").read_bytes() != b"old weights" and (out / "TRAINING.md").is_file()
+    assert sorted(p.name for p in (repo / "drafters").iterdir()) == ["kept"]
+
+
+def test_ship_dry_run_lists_what_would_be_published(hub_env, tiny, tmp_path, capsys):
+    run = make_run(tmp_path, tiny[1])
+    ship_drafter(run, "tiny", "cmd", push_to_hub="org/dry", drafters_dir=tmp_path / "drafters", dry_run=True)
+    printed = capsys.readouterr().out
+    assert "would publish" in printed and "model.safetensors" in printed and "TRAINING.md" in printed
+    assert not HfApi().repo_exists("org/dry")
