@@ -55,7 +55,7 @@ def cost_table(target, drafter: PardDrafter, blocks=(4, 8, 12), context: int = 2
     plain = _median_ms(lambda: target_forward(1), reps)
     for K in blocks:
         feed = torch.cat([ids[:, :2], torch.full((1, K - 1), drafter.config.mask_token_id, device=dev)], dim=-1)
-        head = drafter.get_output_embeddings()
+        head = drafter.head_weight()  # (Vd, H): the draft vocabulary's rows, if it has one
 
         def draft_pass(feed=feed, K=K, head=head):
             out = drafter(
@@ -64,7 +64,7 @@ def cost_table(target, drafter: PardDrafter, blocks=(4, 8, 12), context: int = 2
                 use_cache=True,
                 position_ids=torch.arange(context, context + K + 1, device=drafter.device)[None],
             )
-            head(out.last_hidden_state[0, -K:]).argmax(-1)
+            torch.nn.functional.linear(out.last_hidden_state[0, -K:], head).argmax(-1)
             draft_cache.crop(-(K + 1))
 
         verify = _median_ms(lambda K=K: target_forward(K), reps)

@@ -26,7 +26,7 @@ from transformers.generation.utils import GenerationMixin
 
 from ..models.registry import generator_class_for
 from .loop import batched_generate, speculative_generate
-from .validation import validate_generation_settings, validate_inputs
+from .validation import validate_generation_settings, validate_inputs, validate_processors
 
 _EXPECTED = {
     "_get_candidate_generator": (
@@ -81,7 +81,7 @@ def _get_candidate_generator(
             assistant_model=assistant_model,
             **kwargs,
         )
-    validate_inputs(assistant_model, input_ids, model_kwargs.get("cache", model_kwargs.get("past_key_values")))
+    validate_inputs(assistant_model, input_ids, model_kwargs)
     return generator_cls(
         assistant_model, self, generation_config, logits_processor, stopping_criteria=_stopping_criteria.get()
     )
@@ -90,17 +90,16 @@ def _get_candidate_generator(
 @functools.wraps(_original["_assisted_decoding"])  # generate() inspects its signature
 def _assisted_decoding(self, input_ids, logits_processor, stopping_criteria, generation_config, *args, **kwargs):
     drafter = kwargs.get("assistant_model")
-    settings = getattr(drafter, "decoding", None) if generator_class_for(drafter) is not None else None
-    if not args and settings is not None and input_ids.shape[0] > 1:
-        validate_inputs(drafter, input_ids, kwargs.get("cache", kwargs.get("past_key_values")))
+    ours = drafter is not None and generator_class_for(drafter) is not None
+    if ours:
+        validate_processors(drafter, logits_processor)
+    settings = getattr(drafter, "decoding", None) if ours else None
+    batch = input_ids.shape[0] > 1
+    if not args and settings is not None and (batch or settings.needs_own_loop(bool(generation_config.do_sample))):
+        validate_inputs(drafter, input_ids, kwargs, own_loop=True)
         own = {k: v for k, v in kwargs.items() if k not in _STOCK_ONLY}
-        return batched_generate(self, drafter, input_ids, logits_processor, stopping_criteria, generation_config, **own)
-    if not args and settings is not None and settings.needs_own_loop(bool(generation_config.do_sample)):
-        validate_inputs(drafter, input_ids, kwargs.get("cache", kwargs.get("past_key_values")))
-        own = {k: v for k, v in kwargs.items() if k not in _STOCK_ONLY}
-        return speculative_generate(
-            self, drafter, input_ids, logits_processor, stopping_criteria, generation_config, **own
-        )
+        loop = batched_generate if batch else speculative_generate
+        return loop(self, drafter, input_ids, logits_processor, stopping_criteria, generation_config, **own)
     token = _stopping_criteria.set(stopping_criteria)
     try:
         return _original["_assisted_decoding"](

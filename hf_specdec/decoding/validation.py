@@ -8,13 +8,25 @@ from __future__ import annotations
 
 import logging
 
-from transformers import GenerationConfig, PreTrainedModel, StaticCache
-from transformers.generation.configuration_utils import GenerationMode
+from transformers import GenerationConfig, LogitsProcessorList, PreTrainedModel, StaticCache
+from transformers.generation.configuration_utils import GenerationMode, SynthIDTextWatermarkingConfig
+from transformers.generation.logits_process import (
+    ClassifierFreeGuidanceLogitsProcessor,
+    SynthIDTextWatermarkLogitsProcessor,
+    UnbatchedClassifierFreeGuidanceLogitsProcessor,
+)
 
 from ..models.target_features import check_drafter_matches_target
 
 logger = logging.getLogger(__name__)
 _STATIC_CACHES = ("static", "offloaded_static", "hybrid", "sliding_window", "hybrid_chunked", "offloaded_hybrid")
+# Processors that keep per-call state or run a model of their own, assuming one call per generated token: verifying
+# several drafted tokens per target forward (and dropping the rejected ones) would give different output.
+_STATEFUL_PROCESSORS = {
+    UnbatchedClassifierFreeGuidanceLogitsProcessor: "guidance_scale (classifier-free guidance)",
+    ClassifierFreeGuidanceLogitsProcessor: "classifier-free guidance",
+    SynthIDTextWatermarkLogitsProcessor: "SynthID watermarking",
+}
 
 
 def validate_generation_settings(
@@ -46,8 +58,44 @@ def validate_generation_settings(
             raise ValueError(f"{knob} selects another drafting method; unset it when passing {name}.")
     if getattr(generation_config, "use_mtp", False):
         raise ValueError(f"use_mtp selects another drafting method; unset it when passing {name}.")
+    _refuse_unhonoured_settings(name, generation_config)
     check_drafter_matches_target(drafter.config, target)
     warn_int8_outliers(target)
+
+
+def _refuse_unhonoured_settings(name: str, generation_config: GenerationConfig) -> None:
+    """Settings whose processing assumes one target forward per token, or that assisted decoding drops."""
+    scale = generation_config.guidance_scale
+    if scale is not None and scale != 1:
+        raise ValueError(
+            f"guidance_scale={scale} (classifier-free guidance) is not supported with {name}: its processor runs "
+            "the target once per generated token on the unconditional prompt and keeps its own cache, so verifying "
+            "several drafted tokens per forward would give different output than plain generate(). Call generate "
+            "without assistant_model for guided generation, or leave guidance_scale unset."
+        )
+    if isinstance(generation_config.watermarking_config, SynthIDTextWatermarkingConfig):
+        raise ValueError(
+            f"SynthID watermarking is not supported with {name}: its processor keeps state from one call per "
+            "generated token, which verifying a block of drafts breaks. Call generate without assistant_model, or "
+            "use the green-list WatermarkingConfig (a function of the tokens so far, exact with a drafter)."
+        )
+    if getattr(generation_config, "dola_layers", None) is not None:
+        raise ValueError(
+            f"dola_layers (DoLa decoding) is not supported with {name}: transformers drops DoLa under assisted "
+            "generation, so the output would be plain greedy, not DoLa's. Unset dola_layers or drop assistant_model."
+        )
+
+
+def validate_processors(drafter: PreTrainedModel, logits_processor: LogitsProcessorList | None) -> None:
+    """Refuse logits processors (built from settings or passed in `logits_processor=`) that keep per-token state."""
+    for processor in logits_processor or ():
+        for cls, what in _STATEFUL_PROCESSORS.items():
+            if isinstance(processor, cls):
+                raise ValueError(
+                    f"{type(processor).__name__} ({what}) is not supported with {type(drafter).__name__}: it keeps "
+                    "state from one call per generated token, so output would differ from plain generate(). "
+                    "Call generate without assistant_model for it, or remove it from logits_processor."
+                )
 
 
 def warn_int8_outliers(target: PreTrainedModel) -> None:
@@ -70,14 +118,30 @@ def warn_int8_outliers(target: PreTrainedModel) -> None:
             return
 
 
-def validate_inputs(drafter: PreTrainedModel, input_ids, cache) -> None:
-    """Checks that need the prepared inputs (a user-supplied static cache)."""
+def validate_inputs(drafter: PreTrainedModel, input_ids, model_kwargs: dict, own_loop: bool = False) -> None:
+    """Checks that need the call's prepared inputs: the cache it continues from and, for hf_specdec's own loop
+    (`own_loop`), how the prompt is given."""
     name = type(drafter).__name__
+    cache = model_kwargs.get("cache", model_kwargs.get("past_key_values"))
     if isinstance(cache, StaticCache):
         raise ValueError(
             f"{type(cache).__name__} is not supported with {name}: speculative decoding rolls the cache back. "
             "Pass no cache (a DynamicCache is made) or a DynamicCache."
         )
+    cached = cache.get_seq_length() if hasattr(cache, "get_seq_length") else 0
+    if cached:
+        raise ValueError(
+            f"past_key_values already holds {cached} tokens: {name} drafts from the target's hidden states of "
+            "every token, which a KV cache does not keep, so a drafted generate() cannot continue from it. Pass the "
+            "whole text as input_ids with no cache (or an empty DynamicCache), or call generate without "
+            "assistant_model to continue from this cache."
+        )
+    if own_loop and model_kwargs.get("inputs_embeds") is not None:
+        raise ValueError(
+            f"inputs_embeds is not supported with {name} in hf_specdec's own loop (the adaptive budget, trees, "
+            "prompt lookup, exact-q sampling, batches): it prefills the target and the drafter from token ids. "
+            "Pass input_ids instead."
+        )
 
 
-__all__ = ["validate_generation_settings", "validate_inputs"]
+__all__ = ["validate_generation_settings", "validate_inputs", "validate_processors"]

@@ -1,5 +1,6 @@
 """Load any hf_specdec drafter by what its checkpoint says it is: a registered kind, a published DFlash
-checkpoint, or a LoRA adapter folder (peft, safetensors only) over a base drafter."""
+checkpoint, or a LoRA adapter folder (peft, safetensors only) over a base drafter. A PARD folder holds its kind's
+config next to its adapter; that kind loads base + adapter itself."""
 
 from __future__ import annotations
 
@@ -24,14 +25,19 @@ def load_drafter(name_or_path: str | os.PathLike, **kwargs) -> PreTrainedModel:
     `BlockDrafter`, which converts them. A local LoRA adapter folder (adapter_config.json) loads its base drafter
     with the adapter merged.
     """
-    if is_adapter(name_or_path):
-        return load_adapter(name_or_path, **kwargs)
+    return _load_drafter(name_or_path, (), kwargs)
+
+
+def _load_drafter(name_or_path, chain: tuple[str, ...], kwargs: dict) -> PreTrainedModel:
+    """`load_drafter`; `chain`: the adapter folders whose bases are being loaded, outermost first."""
     hub = {k: kwargs[k] for k in _HUB_KWARGS if k in kwargs}
     try:
         model_type = AutoConfig.from_pretrained(name_or_path, **hub).model_type
     except (OSError, ValueError, KeyError):
         model_type = None
     kind = kind_for_model_type(model_type)
+    if is_adapter(name_or_path) and not hasattr(getattr(kind, "model_class", None), "from_adapter_folder"):
+        return _load_adapter(name_or_path, None, chain, kwargs)
     return (kind.model_class if kind else BlockDrafter).from_pretrained(name_or_path, **kwargs)
 
 
@@ -41,16 +47,28 @@ def is_adapter(folder: str | os.PathLike) -> bool:
 
 def load_adapter(folder: str | os.PathLike, base: PreTrainedModel | None = None, **kwargs) -> PreTrainedModel:
     """Load `base` (default: the drafter the adapter config names) with the adapter in `folder`, merged."""
+    return _load_adapter(folder, base, (), kwargs)
+
+
+def _load_adapter(folder, base: PreTrainedModel | None, chain: tuple[str, ...], kwargs: dict) -> PreTrainedModel:
     if not (Path(folder) / "adapter_model.safetensors").is_file():
         raise ValueError(
             f"{folder} has no adapter_model.safetensors; only safetensors adapters are loaded (a pickled "
             "adapter_model.bin runs code when loaded). Re-save it with save_pretrained(safe_serialization=True)."
         )
+    here = os.path.realpath(folder)
+    if here in chain:
+        loop = " -> ".join([*chain[chain.index(here) :], here])
+        raise ValueError(
+            f"the LoRA adapter chain loops back on itself ({loop}): an adapter's base_model_name_or_path must name "
+            f"the drafter it was trained on, not an adapter of this chain. Fix base_model_name_or_path in "
+            f"{Path(folder) / ADAPTER_CONFIG}, or pass the base drafter: load_adapter(folder, base=drafter)."
+        )
     if base is None:
         name = json.loads((Path(folder) / ADAPTER_CONFIG).read_text()).get("base_model_name_or_path")
         if not name:
             raise ValueError(f"{folder} is a LoRA adapter without base_model_name_or_path; pass the base drafter")
-        base = load_drafter(name, **kwargs)
+        base = _load_drafter(name, (*chain, here), kwargs)
     return PeftModel.from_pretrained(base, str(folder)).merge_and_unload()
 
 

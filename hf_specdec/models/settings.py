@@ -8,10 +8,40 @@ They live on the drafter (`drafter.decoding`, saved in its config as `decoding`)
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import asdict, dataclass, fields
 
 _DRAFT_MODES = ("exact", "argmax")
 _BUDGETS = ("fixed", "auto")
+_CHOICES = {"sampled_drafts": _DRAFT_MODES, "budget": _BUDGETS}
+_MINIMUM = {  # integer fields: the smallest allowed value and what it means
+    "tree_budget": (0, "0 = chain"),
+    "tree_topk": (1, "candidates per position"),
+    "sample_branches": (1, "1 = a chain"),
+    "prompt_lookup_tokens": (0, "0 = off"),
+    "prompt_lookup_ngram": (1, "longest suffix n-gram"),
+}
+
+
+def _checked(name: str, value):
+    """`value` for setting `name` (integers as plain int), or TypeError (wrong type) / ValueError (out of range,
+    unknown name)."""
+    known = [f.name for f in fields(DecodingSettings)]
+    if name not in known:
+        raise AttributeError(f"DecodingSettings has no setting {name!r}; known: {known}")
+    if name in _MINIMUM:
+        low, meaning = _MINIMUM[name]
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise TypeError(
+                f"DecodingSettings.{name} must be an int >= {low} ({meaning}), got {value!r} of type "
+                f"{type(value).__name__}; e.g. DecodingSettings({name}={max(low, 8)})."
+            )
+        if value < low:
+            raise ValueError(f"{name} must be >= {low} ({meaning}), got {value}")
+        return int(value)  # numpy integers too: the settings are saved as JSON
+    if name in _CHOICES and (not isinstance(value, str) or value not in _CHOICES[name]):
+        raise ValueError(f"{name} must be one of {_CHOICES[name]}, got {value!r}")
+    return value
 
 
 @dataclass
@@ -44,25 +74,17 @@ class DecodingSettings:
     prompt_lookup_ngram: int = 3
     budget: str = "auto"
 
-    def __post_init__(self) -> None:
-        if self.tree_budget < 0:
-            raise ValueError(f"tree_budget must be >= 0 (0 = chain), got {self.tree_budget}")
-        if self.tree_topk < 1:
-            raise ValueError(f"tree_topk must be >= 1, got {self.tree_topk}")
-        if self.sampled_drafts not in _DRAFT_MODES:
-            raise ValueError(f"sampled_drafts must be one of {_DRAFT_MODES}, got {self.sampled_drafts!r}")
-        if self.budget not in _BUDGETS:
-            raise ValueError(f"budget must be one of {_BUDGETS}, got {self.budget!r}")
-        if self.sample_branches < 1:
-            raise ValueError(f"sample_branches must be >= 1, got {self.sample_branches}")
-        if self.prompt_lookup_tokens < 0 or self.prompt_lookup_ngram < 1:
-            raise ValueError(
-                "prompt_lookup_tokens must be >= 0 and prompt_lookup_ngram >= 1, got "
-                f"{self.prompt_lookup_tokens} and {self.prompt_lookup_ngram}"
-            )
+    def __setattr__(self, name: str, value) -> None:
+        # every assignment is checked, at construction and later (`settings.tree_budget = 8`), so a wrong type
+        # fails here with its name, not as a TypeError deep inside generate()
+        super().__setattr__(name, _checked(name, value))
 
     @classmethod
     def from_dict(cls, values: dict | None) -> DecodingSettings:
+        if values is not None and not isinstance(values, dict):
+            raise TypeError(
+                f"decoding settings must be a dict of DecodingSettings fields, got {type(values).__name__}: {values!r}"
+            )
         values = dict(values or {})
         unknown = set(values) - {f.name for f in fields(cls)}
         if unknown:

@@ -12,6 +12,8 @@ from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 from transformers.modeling_rope_utils import RopeParameters
 
+from ..settings import DecodingSettings
+
 
 def build_target_layer_ids(num_target_layers: int, num_taps: int) -> list[int]:
     """Target layers whose outputs the drafter reads (DFlash, Chen et al. 2026, `build_target_layer_ids`).
@@ -105,6 +107,13 @@ class BlockDrafterConfig(PreTrainedConfig):
             raise ValueError(f"block_size must be >= 2 (anchor + at least one draft), got {self.block_size}")
         if not self.target_layer_ids:
             raise ValueError("target_layer_ids must list at least one target layer (0-based).")
+        if min(self.target_layer_ids) < 0:
+            raise ValueError(
+                f"target_layer_ids {self.target_layer_ids} must be 0-based layer indices >= 0: a negative id would "
+                "read a layer counted from the end (the wrong one). Write the layer's index from the first layer."
+            )
+        if self.mask_token_id < 0:
+            raise ValueError(f"mask_token_id must be a token id >= 0, got {self.mask_token_id}.")
         if self.target_num_hidden_layers is not None and max(self.target_layer_ids) >= self.target_num_hidden_layers:
             raise ValueError(
                 f"target_layer_ids {self.target_layer_ids} reach past the target's "
@@ -124,6 +133,10 @@ class BlockDrafterConfig(PreTrainedConfig):
             raise ValueError(f"draft_vocab_size must be in 1..vocab_size, got {self.draft_vocab_size}")
         if self.vocab_size is not None and self.mask_token_id >= self.vocab_size:
             raise ValueError(f"mask_token_id {self.mask_token_id} is outside the vocabulary ({self.vocab_size}).")
+        try:
+            DecodingSettings.from_dict(self.decoding)
+        except (TypeError, ValueError) as err:
+            raise type(err)(f"the drafter's saved decoding settings are invalid: {err}") from err
 
     @classmethod
     def for_target(

@@ -136,8 +136,8 @@ class BlockDraftCandidateGenerator(CandidateGenerator):
         n_ctx, T = features.shape[1], input_ids.shape[1]
         block_ids = torch.cat([input_ids[:, -1:], self.mask_ids], dim=-1)  # (1, K)
         positions = torch.arange(T - 1 - n_ctx, T - 1 + self.block_size, device=device)[None]  # (1, C + K)
-        out = self.drafter(
-            noise_embeds=self.embed(block_ids).to(device),
+        out = self.drafter(  # the target's embeddings and features in the drafter's dtype (a bf16 drafter, fp32 target)
+            noise_embeds=self.embed(block_ids).to(device=device, dtype=self.drafter.dtype),
             target_features=features,
             position_ids=positions,
             cache=self.cache,
@@ -149,8 +149,9 @@ class BlockDraftCandidateGenerator(CandidateGenerator):
     def draft_scores(self, input_ids: torch.LongTensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """One drafter pass: (k + 1, H) hidden states of the anchor and slots 1..k, and (k, Vd) their scores by the
         target's LM head over the draft vocabulary (2-D input: the fast CPU path)."""
-        hidden = self.draft_hidden(input_ids)[0, : k + 1]  # (k + 1, H)
-        return hidden, F.linear(hidden[1:].to(self.head_weight.device), self.head_weight, self.head_bias)
+        hidden = self.draft_hidden(input_ids)[0, : k + 1]  # (k + 1, H), the drafter's dtype
+        head = self.head_weight  # (Vd, H), the target's dtype
+        return hidden, F.linear(hidden[1:].to(device=head.device, dtype=head.dtype), head, self.head_bias)
 
     def draft_logits(self, input_ids: torch.LongTensor, k: int) -> torch.Tensor:
         """(k, Vd) scores of block positions 1..k over the draft vocabulary."""
