@@ -6,7 +6,8 @@
         --target_id Qwen/Qwen2.5-Coder-1.5B-Instruct --benchmark_json results/default-t0/benchmark.json
 
 Takes the finished drafter (run/drafter) or, if training was stopped early, the last checkpoint (run/checkpoint),
-writes drafters/NAME/{config.json, model.safetensors, TRAINING.md, loss.png} and replaces what was there.
+writes drafters/NAME/{config.json, model.safetensors, TRAINING.md, loss.png} and replaces what was there (a PARD
+run ships its LoRA adapter, adapter_config.json and its config naming the base model instead of full weights).
 NAME is one folder name (letters, digits, '.', '-', '_'; no path separators, not '.' or '..'). Refuses checkpoints
 over 64 MiB, before the drafter already there is touched. With --push_to_hub it then uploads that folder's weights,
 config, TRAINING.md and loss.png with a model card in one commit (`hf_specdec.hub.publish_drafter`; --dry_run lists
@@ -43,6 +44,9 @@ def main() -> None:
     parser.add_argument(
         "--dry_run", action="store_true", help="with --push_to_hub: list the files that would go up, send nothing"
     )
+    parser.add_argument(
+        "--draft_vocab_size", type=int, default=None, help="score only the first N token ids (and EOS): a cheaper head"
+    )
     args = parser.parse_args()
     try:
         ship_drafter(
@@ -55,6 +59,7 @@ def main() -> None:
             target_revision=args.target_revision,
             benchmark_json=args.benchmark_json,
             dry_run=args.dry_run,
+            draft_vocab_size=args.draft_vocab_size,
         )
     except ValueError as err:  # a bad --name, over the size limit, or nothing (safe) to publish with
         raise SystemExit(str(err)) from None

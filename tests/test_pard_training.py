@@ -140,3 +140,31 @@ def test_export_only_saves_a_checkpoint_mid_run_without_training_on(tmp_path):
     log = json.loads((tmp_path / "run" / "training_log.json").read_text())
     assert log["steps"] == 4 and log["resumed"]  # the checkpoint at step 4, saved as it is
     assert isinstance(hf_specdec.load_drafter(tmp_path / "run" / "adapter"), PardDrafter)
+
+
+def test_a_pard_run_ships_as_its_adapter_with_a_draft_vocabulary(tmp_path):
+    from hf_specdec.hub.ship import ship_drafter
+
+    saved_run_inputs(tmp_path, sequences=4)
+    tiny_lm().save_pretrained(tmp_path / "lm")
+    run(_config(tmp_path, lora_rank=4, num_steps=4, save_every=2))
+    out = ship_drafter(
+        tmp_path / "run",
+        "tiny-pard",
+        "python scripts/train_drafter.py ...",
+        drafters_dir=tmp_path / "d",
+        decoding={"tree_budget": 4},
+        draft_vocab_size=100,
+    )
+    files = sorted(p.name for p in out.iterdir())
+    assert files == [
+        "TRAINING.md",
+        "adapter_config.json",
+        "adapter_model.safetensors",
+        "config.json",
+        "draft_vocab.safetensors",
+    ] + (["loss.png"] if "loss.png" in files else [])
+    shipped = hf_specdec.load_drafter(out)
+    assert isinstance(shipped, PardDrafter) and shipped.decoding.tree_budget == 4
+    assert shipped.draft_vocab.tolist() == list(range(100))  # the first 100 ids (EOS, id 2, among them)
+    assert "PARD over" in (out / "TRAINING.md").read_text()

@@ -23,10 +23,12 @@ from pathlib import Path
 import torch
 
 from ..models.block_drafter import BlockDrafter
+from ..models.loading import load_drafter
 from .card import is_hub_id
 from .publish import publish_drafter, resolve_target
 
-LIMIT = 64 * 2**20  # bytes of model.safetensors a shipped drafter may take
+LIMIT = 64 * 2**20  # bytes of model.safetensors (or the adapter) a shipped drafter may take
+ADAPTER_FILES = ("adapter_model.safetensors", "adapter_config.json")  # what an adapter-format drafter ships
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # one folder name: no separators, not '.', '..' or hidden
 
 
@@ -98,9 +100,22 @@ def training_log(state: dict, data: dict, tokens: int) -> dict:
     }
 
 
+def describe(drafter, size: int) -> str:
+    """One line on what the shipped drafter is."""
+    cfg = drafter.config
+    if hasattr(drafter, "save_adapter_folder"):  # an adapter over a base LM (PARD)
+        return (
+            f"PARD over `{cfg.base_model}` (LoRA adapter + mask token {cfg.mask_token_id}), block {cfg.block_size}, "
+            f"draft vocabulary {cfg.draft_vocab_size}, adapter {size / 2**20:.1f} MiB"
+        )
+    return (
+        f"{cfg.num_hidden_layers} layer(s), block {cfg.block_size}, taps {cfg.target_layer_ids}, "
+        f"draft vocabulary {cfg.draft_vocab_size}, {size / 2**20:.1f} MiB bf16"
+    )
+
+
 def training_record(name: str, command: str, source: Path, log: dict, drafter: BlockDrafter, size: int) -> str:
     """TRAINING.md's text (without the plot): the command that reproduces the drafter and the run's figures."""
-    cfg = drafter.config
     head = [v for _, v in log["losses"][:20]]
     tail = [v for _, v in log["losses"][-20:]]
     return (
@@ -110,9 +125,8 @@ def training_record(name: str, command: str, source: Path, log: dict, drafter: B
         f"({log['train_seconds'] / 60:.1f} min of training steps)\n"
         f"- data: {log['sequences']} sequences, {log['sequence_tokens']:,} tokens; "
         f"{log['supervised_tokens']:,} supervised block tokens seen\n"
-        f"- drafter: {cfg.num_hidden_layers} layer(s), block {cfg.block_size}, taps {cfg.target_layer_ids}, "
-        f"draft vocabulary {cfg.draft_vocab_size}, {size / 2**20:.1f} MiB bf16\n"
-        f"- loss (position-decayed CE): first 20 steps {sum(head) / len(head):.3f}, "
+        f"- drafter: {describe(drafter, size)}\n"
+        f"- loss: first 20 steps {sum(head) / len(head):.3f}, "
         f"last 20 steps {sum(tail) / len(tail):.3f}\n"
     )
 
@@ -129,8 +143,14 @@ def save_drafter(drafter: BlockDrafter, out: Path, decoding: dict | None, previo
         drafter.decoding = decoding
     elif config is not None and config.exists() and json.loads(config.read_text()).get("decoding"):
         drafter.decoding = json.loads(config.read_text())["decoding"]
-    drafter.save_pretrained(out)
-    size = (out / "model.safetensors").stat().st_size
+    if hasattr(drafter, "save_adapter_folder"):  # PARD: its config, draft vocabulary and the run's adapter files
+        drafter.save_adapter_folder(out)
+        for file in ADAPTER_FILES:
+            shutil.copyfile(Path(drafter.name_or_path) / file, out / file)
+        size = (out / "adapter_model.safetensors").stat().st_size
+    else:
+        drafter.save_pretrained(out)
+        size = (out / "model.safetensors").stat().st_size
     if size > LIMIT:
         shutil.rmtree(out)
         raise ValueError(
@@ -162,16 +182,20 @@ def ship_drafter(
     benchmark_json: str | Path | None = None,
     drafters_dir: str | Path = "drafters",
     dry_run: bool = False,
+    draft_vocab_size: int | None = None,
 ) -> Path:
     """Copy the drafter of the training run `run` to `drafters_dir`/`name` in bf16 with TRAINING.md (recording
     `command` and the run's figures) and loss.png (if matplotlib is installed); return that folder.
 
     Args:
-        run: output_dir of a training run (scripts/train_drafter.py): drafter/ or checkpoint/, data/.
+        run: output_dir of a training run (scripts/train_drafter.py): drafter/ or checkpoint/, data/; a run whose
+            adapter/ holds a drafter config (PARD) ships that adapter with its config instead of full weights.
         decoding: decode-time default saved with the drafter (DecodingSettings fields); default: the replaced one's.
         push_to_hub: also publish the folder to this Hub repo with a model card (`publish_drafter`).
         target_id, target_revision, benchmark_json: for the card, see `publish_drafter`.
         dry_run: with `push_to_hub`, print the files that would be published instead of publishing them.
+        draft_vocab_size: score only the first N token ids (and EOS) with the drafter's head: BPE vocabularies rank
+            ids by merge frequency, so this keeps the common tokens and cuts the head's cost (lossless).
 
     Raises:
         ValueError: `name` is not one plain folder name, the weights are over 64 MiB, or `push_to_hub` is set and
@@ -181,10 +205,19 @@ def ship_drafter(
     out = check_name(name, drafters_dir)
     if push_to_hub and not is_hub_id(push_to_hub):
         raise ValueError(f"push_to_hub {push_to_hub!r} is not a Hub repo id; pass 'namespace/name'.")
-    source = run / "drafter" if (run / "drafter" / "config.json").exists() else run / "checkpoint"
+    if (run / "adapter" / "config.json").exists():  # a drafter kind that ships as its adapter (PARD)
+        source = run / "adapter"
+    else:
+        source = run / "drafter" if (run / "drafter" / "config.json").exists() else run / "checkpoint"
     state = json.loads((run / "checkpoint" / "trainer_state.json").read_text())
     data = json.loads((run / "data" / "index.json").read_text())
-    drafter = BlockDrafter.from_pretrained(source, dtype=torch.bfloat16)
+    drafter = load_drafter(source, dtype=torch.bfloat16)
+    drafter.name_or_path = str(source)
+    if draft_vocab_size is not None:  # the head scores the first N ids (BPE ids rank by frequency) and EOS
+        lm_config = drafter.lm.config if hasattr(drafter, "lm") else drafter.config
+        eos = getattr(lm_config, "eos_token_id", None)
+        extra = [eos] if isinstance(eos, int) else list(eos or [])
+        drafter.set_draft_vocab(torch.cat([torch.arange(draft_vocab_size), torch.tensor(extra, dtype=torch.long)]))
     if push_to_hub:  # refuse before replacing the folder if the card could not name the target
         resolve_target(drafter.config.to_dict(), target_id)
     staging = drafters_dir / f".{name}.staging"  # names of the form NAME never start with a dot
