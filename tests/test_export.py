@@ -109,6 +109,7 @@ def assert_same_drafting(original: BlockDrafter, again: BlockDrafter, target, pr
         assert torch.equal(ours, theirs)
     outs, stats = [], []
     for drafter in (original, again):
+        drafter.decoding = {**drafter.decoding.to_dict(), "budget": "fixed"}  # the budget's choices follow timings
         outs.append(target.generate(prompt, do_sample=False, max_new_tokens=24, assistant_model=drafter))
         stats.append(drafter.last_acceptance_stats.to_dict())
     assert torch.equal(outs[0], outs[1]) and stats[0] == stats[1]  # same drafts, step by step
