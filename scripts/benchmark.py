@@ -8,7 +8,7 @@
 
     # a trained drafter (drafters/<target>/, once the repository has one) next to a fresh one, all four tasks,
     # 3 interleaved repeats, no fp32 pass
-    python scripts/benchmark.py --target qwen2.5-coder-1.5b --drafter b8=drafters/qwen2.5-coder-1.5b \
+    python scripts/benchmark.py --target qwen2.5-coder-1.5b --drafter pard=drafters/qwen2.5-coder-1.5b-pard \
         fresh:8 --num-prompts 10 --max-new-tokens 256 --repeats 3 --check-identity-dtype none
 
     # a published DFlash drafter vs plain generate, on a GPU machine with Hub access

@@ -1,6 +1,6 @@
 """fp32 check on the real target: every request served with continuous batching equals plain batched greedy.
 
-    python scripts/concurrency_identity.py --drafter drafters/qwen2.5-coder-1.5b runs/dcoco/drafter --concurrency 4
+    python scripts/concurrency_identity.py --drafter drafters/qwen2.5-coder-1.5b-pard runs/dcoco/drafter --concurrency 4
 
 Prints, per drafter, how many of the requests are token-identical (bf16 can differ at near-ties; fp32 must not).
 The check is hf_specdec.bench.concurrency.check_identity; this script parses arguments.

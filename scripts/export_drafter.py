@@ -1,6 +1,6 @@
 """Export a block drafter in the published DFlash layout (z-lab), to serve it with vLLM or SGLang.
 
-    python scripts/export_drafter.py --drafter drafters/qwen2.5-coder-1.5b --output exported/qwen2.5-coder-1.5b-dflash \
+    python scripts/export_drafter.py --drafter runs/qwen1.5b-b8/drafter --output exported/qwen2.5-coder-1.5b-dflash \
         --target ~/.cache/hf_specdec/models/qwen2.5-coder-1.5b
 
 Writes OUTPUT/config.json (`"architectures": ["DFlashDraftModel"]`, `block_size`, `dflash_config` with

@@ -2,7 +2,7 @@
 
     python scripts/step_time.py tiny                                   # random tiny Llama + fresh drafter
     python scripts/step_time.py real --target ~/.cache/hf_specdec/models/qwen2.5-coder-1.5b \\
-        --drafter drafters/qwen2.5-coder-1.5b
+        --drafter drafters/qwen2.5-coder-1.5b-pard
     python scripts/step_time.py tiny --library /path/to/other/checkout # the same timing of another version
 
 The measurements are hf_specdec/bench/step_time.py (public API only); this script parses arguments, loads that

@@ -2,7 +2,7 @@
 
     # the shipped CPU drafter, reusing the data its own training run cached (same data settings):
     python scripts/train_corrector.py --target ~/.cache/hf_specdec/models/qwen2.5-coder-1.5b \
-        --drafter drafters/qwen2.5-coder-1.5b --data_dir runs/qwen1.5b-b8/data --output_dir runs/dcoco \
+        --drafter runs/qwen1.5b-b8/drafter --data_dir runs/qwen1.5b-b8/data --output_dir runs/dcoco \
         --continue_prompts False --label_source target_argmax --num_prompts 160 --max_length 512 --num_steps 300
 
 Killed runs resume from output_dir/checkpoint. The DCOCO drafter is written to output_dir/drafter, the loss curve,

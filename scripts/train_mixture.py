@@ -2,7 +2,7 @@
 
     # the shipped CPU drafter, reusing the data its own training run cached (same data settings), T = 1:
     python scripts/train_mixture.py --target ~/.cache/hf_specdec/models/qwen2.5-coder-1.5b \
-        --drafter drafters/qwen2.5-coder-1.5b --data_dir runs/qwen1.5b-b8/data --output_dir runs/dblast \
+        --drafter runs/qwen1.5b-b8/drafter --data_dir runs/qwen1.5b-b8/data --output_dir runs/dblast \
         --continue_prompts False --label_source target_argmax --num_prompts 160 --max_length 512 --num_steps 300
 
 The target's top-m probabilities are cached once under data_dir. Killed runs resume from output_dir/checkpoint.

@@ -1,7 +1,7 @@
 """Publish a saved drafter to the Hugging Face Hub in one call: checked weights, config and model card, one commit.
 
     from hf_specdec.hub import publish_drafter
-    sha = publish_drafter("drafters/qwen2.5-coder-1.5b", "me/qwen2.5-coder-1.5b-drafter",
+    sha = publish_drafter("drafters/qwen2.5-coder-1.5b-pard", "me/qwen2.5-coder-1.5b-drafter",
                           target_id="Qwen/Qwen2.5-Coder-1.5B-Instruct", benchmark_json="results/x/benchmark.json")
 
 Guarantees: only an allow-list of the folder's files goes up (`files_to_publish`: weights, configs, tokenizer files,
