@@ -71,7 +71,7 @@ class Budget:
     def observe(self, rows: int, fed: int, seconds: float, drafted: bool, draft_seconds: float) -> None:
         """Record a step's target forward (`rows` x `fed` tokens) and, after a drafted step, decide on plain mode."""
         self.costs.record(fed, seconds, rows)
-        if drafted and draft_seconds > 0:
+        if drafted and draft_seconds > 0 and not self.costs.pinned:  # a pinned curve decides alone
             per_row = draft_seconds / rows
             self.draft_seconds = per_row if self.draft_seconds is None else 0.7 * self.draft_seconds + 0.3 * per_row
 
