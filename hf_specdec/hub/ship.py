@@ -233,8 +233,8 @@ def ship_drafter(
         raise
     swap_in(staging, out)
     print(f"wrote {out} ({size / 2**20:.1f} MiB)")
-    if push_to_hub and dry_run:
-        files = publish_drafter(
+    if push_to_hub:
+        sent = publish_drafter(
             out,
             push_to_hub,
             target_id=target_id,
@@ -242,20 +242,12 @@ def ship_drafter(
             benchmark_json=benchmark_json,
             training_log=log,
             recipe=command,
-            dry_run=True,
+            dry_run=dry_run,
         )
-        print(f"would publish {out} to {push_to_hub}: {', '.join(files)}")
-    elif push_to_hub:
-        sha = publish_drafter(
-            out,
-            push_to_hub,
-            target_id=target_id,
-            target_revision=target_revision,
-            benchmark_json=benchmark_json,
-            training_log=log,
-            recipe=command,
-        )
-        print(f"published {out} to {push_to_hub} at revision {sha}")
+        if dry_run:
+            print(f"would publish {out} to {push_to_hub}: {', '.join(sent)}")
+        else:
+            print(f"published {out} to {push_to_hub} at revision {sent}")
     return out
 
 

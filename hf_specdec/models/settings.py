@@ -102,4 +102,20 @@ class DecodingSettings:
         return self.tree_budget > 0 or self.prompt_lookup_tokens > 0 or (do_sample and self.sampled_drafts == "exact")
 
 
-__all__ = ["DecodingSettings"]
+class SavedDecoding:
+    """Mixin for drafter models: `decoding` is read from and written to `config.decoding`, so it is saved with the
+    drafter. Assign a whole `DecodingSettings` (or dict): the property returns a copy."""
+
+    @property
+    def decoding(self) -> DecodingSettings:
+        """Decode-time settings (chain or tree, sampled drafts, prompt lookup, budget); saved in the config."""
+        return DecodingSettings.from_dict(self.config.decoding)
+
+    @decoding.setter
+    def decoding(self, settings: DecodingSettings | dict) -> None:
+        if not isinstance(settings, DecodingSettings):
+            settings = DecodingSettings.from_dict(settings)
+        self.config.decoding = settings.to_dict()
+
+
+__all__ = ["DecodingSettings", "SavedDecoding"]

@@ -31,7 +31,7 @@ from transformers.models.qwen3.modeling_qwen3 import (
     rotate_half,
 )
 
-from ..settings import DecodingSettings
+from ..settings import SavedDecoding
 from .configuration_block_drafter import BlockDrafterConfig
 from .dflash_format import config_from_dflash_checkpoint, load_checked
 
@@ -146,7 +146,7 @@ class BlockDrafterPreTrainedModel(PreTrainedModel):
     # The base `_init_weights` covers Linear, RMSNorm and the rotary buffers (which from_pretrained must rebuild).
 
 
-class BlockDrafter(BlockDrafterPreTrainedModel):
+class BlockDrafter(SavedDecoding, BlockDrafterPreTrainedModel):
     """DFlash-style parallel block drafter.
 
     Build one for a target with `BlockDrafter.for_target(target, mask_token_id=...)`, load one with
@@ -165,17 +165,6 @@ class BlockDrafter(BlockDrafterPreTrainedModel):
         vocab = None if config.draft_vocab_size is None else torch.arange(config.draft_vocab_size)  # (Vd,)
         self.register_buffer("draft_vocab", vocab, persistent=True)  # filled from the checkpoint
         self.post_init()
-
-    @property
-    def decoding(self) -> DecodingSettings:
-        """Decode-time settings (chain or tree, sampled drafts, prompt lookup); saved in the config."""
-        return DecodingSettings.from_dict(self.config.decoding)
-
-    @decoding.setter
-    def decoding(self, settings: DecodingSettings | dict) -> None:
-        if not isinstance(settings, DecodingSettings):
-            settings = DecodingSettings.from_dict(settings)
-        self.config.decoding = settings.to_dict()
 
     def set_draft_vocab(self, token_ids: torch.LongTensor) -> None:
         """Score only `token_ids` (e.g. the most frequent target tokens); sets `config.draft_vocab_size`."""

@@ -21,14 +21,14 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM, PreTrainedModel
 
 from ..base_models import missing_base_hint, resolve_base_model
-from ..settings import DecodingSettings
+from ..settings import SavedDecoding
 from .configuration_pard import PardConfig
 
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 DRAFT_VOCAB = "draft_vocab.safetensors"  # beside an adapter: the ids the head scores
 
 
-class PardDrafter(PreTrainedModel):
+class PardDrafter(SavedDecoding, PreTrainedModel):
     """A causal LM plus its mask token (see the module docstring).
 
     Build one from a same-family model with `PardDrafter.from_causal_lm(lm, target, mask_token_id=...)`, load one
@@ -55,17 +55,6 @@ class PardDrafter(PreTrainedModel):
         # The LM arrives initialised (from_config) or trained (from_pretrained); only the projection is ours.
         if module is self.feature_proj:
             nn.init.zeros_(module.weight)  # a fresh projection leaves the LM's drafts unchanged
-
-    @property
-    def decoding(self) -> DecodingSettings:
-        """Decode-time settings (chain or tree, sampled drafts, prompt lookup, budget); saved in the config."""
-        return DecodingSettings.from_dict(self.config.decoding)
-
-    @decoding.setter
-    def decoding(self, settings: DecodingSettings | dict) -> None:
-        if not isinstance(settings, DecodingSettings):
-            settings = DecodingSettings.from_dict(settings)
-        self.config.decoding = settings.to_dict()
 
     def set_draft_vocab(self, token_ids: torch.LongTensor) -> None:
         """Score only `token_ids` with the drafter's head (e.g. the most frequent target tokens)."""
