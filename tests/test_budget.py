@@ -105,9 +105,50 @@ def test_budget_verifies_everything_where_it_is_free_and_nothing_where_it_is_dea
 def test_budget_measures_unmeasured_sizes_first_in_real_steps():
     tree = best_first_tree([[-0.01] * 2] * 7, [[5, 6]] * 7, 10)
     empty = Budget(StepCostModel("new"), AcceptanceModel())
-    assert len(empty.choose([tree], 1)[0]) == GRID[0] - 1
+    assert empty.drafting(1) is False  # the one-token cost first, by a plain step: no drafter pass is wasted
     empty.costs.record(1, 0.01)  # 2 fed tokens are now close enough to interpolate: 3 is measured next
-    assert GRID[1:3] == (2, 3) and len(empty.choose([tree], 1)[0]) == GRID[2] - 1
+    assert empty.drafting(1) and GRID[1:3] == (2, 3) and len(empty.choose([tree], 1)[0]) == GRID[2] - 1
+    assert empty.measuring  # a measuring step: never judged (its size was not chosen to pay)
+    empty.after_drafted_step([tree], 1, realized=0.001)
+    assert empty.realized == {} and empty.drafting(1)
+
+
+def test_noisy_costs_are_made_monotone_and_near_ties_go_to_the_larger_size():
+    from hf_specdec.decoding.step_cost import monotone
+
+    assert monotone({1: 0.20, 9: 0.30, 17: 0.26, 33: 0.40}) == pytest.approx({1: 0.20, 9: 0.28, 17: 0.28, 33: 0.40})
+    tree = best_first_tree([[-0.01] * 2] * 7, [[5, 6]] * 7, 10)
+    sure = AcceptanceModel()
+    for _ in range(40):
+        sure.record(tree, tree.path_to(6))
+    flat = StepCostModel("flat-noisy")
+    for fed, ms in {1: 200, 2: 200, 3: 201, 5: 203, 9: 290, 17: 260, 33: 300}.items():
+        flat.record(fed, ms / 1000)  # 9 tokens timed dearer than 17: noise, not the machine
+    assert flat.cost(9) == pytest.approx(flat.cost(17)) == pytest.approx(0.275)
+    budget = Budget(flat, sure, draft_seconds=0.05)
+    assert len(budget.choose([tree], 1)[0]) == len(tree)  # the whole tree: dearer by noise only
+
+
+def test_one_slow_drafted_step_does_not_stop_a_drafting_that_pays():
+    """A drafter that catches up on a long prompt (or on plain steps) makes one step slow; the median of recent steps
+    judges, so drafting goes on; three slow steps out of five stop it."""
+    tree = best_first_tree([[-0.01] * 2] * 7, [[5, 6]] * 7, 10)
+    hopeful = AcceptanceModel()
+    for _ in range(40):
+        hopeful.record(tree, tree.path_to(6))
+    flat = StepCostModel("flat-catch-up")
+    for fed in range(1, 80):
+        flat.record(fed, 0.010)
+    budget = Budget(flat, hopeful)
+    budget.observe(1, 9, 0.010, True, 0.5)  # the first drafted step: the drafter read the whole prompt
+    for realized in (10.0, 500.0, 500.0):
+        budget.observe(1, 9, 0.010, True, 0.001)
+        budget.after_drafted_step([tree], 1, realized=realized)
+        assert budget.drafting(1)
+    assert budget.draft_seconds == pytest.approx(0.001)  # the catch-up is an outlier of the median
+    for _ in range(3):
+        budget.after_drafted_step([tree], 1, realized=20.0)  # plain steps commit 100 tokens/s
+    assert not budget.drafting(1)
 
 
 @pytest.mark.parametrize("per_token", [0.0, 1.0], ids=["free", "dear"])
@@ -184,4 +225,22 @@ def test_a_new_load_borrows_a_close_row_count_curve_and_plain_verdict():
     acceptance.schedule[6] = [0, 16]  # 6 rows: plain mode after failed probes
     budget = Budget(costs, acceptance)
     assert not budget.drafting(8)  # a heavier load (up to 2x): starts plain too
-    assert budget.drafting(5)  # a lighter one may pay: it probes for itself
+    assert not budget.drafting(5)  # a lighter one may pay: a plain step measures its one-token cost ...
+    costs.record(1, 0.04, rows=5)
+    assert budget.drafting(5)  # ... then it probes for itself
+
+
+def test_a_due_probe_is_skipped_where_the_models_say_drafting_cannot_pay():
+    """A heavy load in plain mode: the drafter's measured seconds per row (a drafter pass per row) make any draft
+    lose by far, so the probe is skipped (no drafter pass catches up on every row's prompt to confirm it); with a
+    cheap drafter the probe runs. The 16-row verify cost is estimated from the 4-row curve's rise."""
+    costs = StepCostModel("heavy")
+    for fed in GRID:
+        costs.record(fed, 0.100 * (1 + 0.05 * (fed - 1)), rows=4)
+    costs.record(1, 0.400, rows=16)
+    assert costs.estimate(9, rows=16) == pytest.approx(0.400 * 1.4)
+    for per_row, probes in ((0.100, False), (0.001, True)):
+        acceptance = AcceptanceModel(schedule={16: [0, 8]}, typical=[0.9, 0.8, 0.7, 0.5], draft_seconds=[per_row])
+        budget = Budget(costs, acceptance)
+        assert budget.drafting(16) is probes
+        assert acceptance.schedule[16] == ([0, 8] if probes else [8, 16])

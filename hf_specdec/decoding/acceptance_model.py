@@ -40,6 +40,8 @@ class AcceptanceModel:
     # per batch size: [plain steps left before the next probe, plain steps after the next failed probe]; kept with
     # the drafter, so a later call at the same load starts where this one left off instead of probing afresh
     schedule: dict[int, list[int]] = field(default_factory=dict)
+    draft_seconds: list[float] = field(default_factory=list)  # the drafter's seconds per row, recent drafted steps
+    typical: list[float] = field(default_factory=list)  # node values of the last drafted tree, best first
 
     def record(self, tree: DraftTree, path: list[int]) -> None:
         """Count a verified tree whose accepted nodes (root to leaf) are `path`."""
@@ -81,7 +83,7 @@ class AcceptanceModel:
 
     def reset(self) -> None:
         self.counts = {k: {} for k in PRIOR_RATE}
-        self.schedule = {}
+        self.schedule, self.draft_seconds, self.typical = {}, [], []
 
 
 def source(tree: DraftTree, node: int) -> str:

@@ -28,6 +28,7 @@ from ..models.registry import generator_class_for
 from ..models.settings import DecodingSettings
 from ..models.target_features import tapped_features
 from ..verification.processed import probabilities, process_rows, row_processors
+from ..verification.stats import BatchForwards
 from .acceptance_model import acceptance_model_of
 from .budget import Budget
 from .step_cost import cost_model
@@ -73,6 +74,7 @@ class SpeculativeBatch:
         adaptive = self.settings.budget == "auto"
         self.budget = Budget(cost_model(target), acceptance_model_of(drafter)) if adaptive else None
         self.rows: list[Row] = []
+        self.forwards = BatchForwards()  # target forwards of the whole batch, shared by its rows' statistics
         self.cache = DynamicCache()
         self.valid = torch.zeros(0, 0, dtype=torch.bool, device=target.device)  # (B, S)
         self.taps: list[int] | None = None  # output_hidden_states indices the drafter reads
@@ -126,6 +128,7 @@ class SpeculativeBatch:
         )
         feats = tapped_features(out.hidden_states, self.layer_ids, width)  # (b, width, L*H)
         raw = out.logits[:, -1].float()  # (b, V)
+        self.forwards.prefill += 1
         added = []
         for i, (p, gen) in enumerate(zip(prompts, generators, strict=True)):
             row_ids = p.to(dev)[None]
@@ -133,6 +136,7 @@ class SpeculativeBatch:
             pad_ids = torch.full((1, pads), self.pad_token_id, dtype=torch.long, device=dev) if pads else None
             gen.queue_features(feats[i : i + 1, width - len(p) :])
             gen.stats.prefill_forwards += 1
+            gen.stats.batch = self.forwards
             if processors is None:
                 own = row_processors(self.logits_processor, i, len(prompts))
             else:
@@ -192,6 +196,7 @@ class SpeculativeBatch:
 
     def keep_fed(self, kept: list[list[int]], fed: int) -> None:
         """After a step that fed `fed` slots per row: keep the cached prefix and, per row, the fed slots `kept[b]`."""
+        self.forwards.verify += 1  # called once per verification forward
         B, S = self.valid.shape
         if B == 1:  # one unpadded row: a crop when the kept slots are a prefix (a chain), else one gather
             rows = kept[0]
@@ -205,6 +210,16 @@ class SpeculativeBatch:
                     layer.keys = layer.keys.index_select(-2, index)
                     layer.values = layer.values.index_select(-2, index)
             self.valid = torch.ones(1, S + len(rows), dtype=torch.bool, device=self.valid.device)
+            return
+        widths = {len(rows) for rows in kept if rows}
+        if len(widths) <= 1 and all(rows == list(range(len(rows))) for rows in kept):
+            # every row keeps the same prefix of its fed slots (a plain step keeps 1): a crop, no copy of the cache;
+            # a finished row (nothing kept) has those slots masked out
+            a = widths.pop() if widths else 0
+            if fed > a:
+                self.cache.crop(-(fed - a))
+            new = torch.tensor([bool(rows) for rows in kept], device=self.valid.device)[:, None].expand(B, a)
+            self.valid = torch.cat([self.valid, new], dim=1)  # (B, S + a)
             return
         keep = torch.zeros(B, S + fed, dtype=torch.bool)  # (B, S + fed), built on the host: rows are host lists
         for b, rows in enumerate(kept):

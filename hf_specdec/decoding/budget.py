@@ -10,17 +10,23 @@ first tree's path scores). Per step, for a batch of B rows whose drafts were bui
   accepted length);
 - the budget picks the N (the same for all rows: they are padded to one width) maximising
   sum over rows of (1 + E_b(N)) / (cost(B rows x (1 + N)) + drafter seconds), and keeps those nodes;
+- ties within measurement noise (`NOISE`) go to the larger N: on a flat curve two sizes cost the same up to the
+  timer's jitter, and the larger one commits more when the acceptance model is too cautious;
 - when even the best N commits fewer tokens per second than plain one-token steps (B / cost(B rows x 1)), the next
   steps are plain (no drafter pass at all) for a while, twice as long each time a probe confirms it, and one
-  drafted step probes again; the drafted rate judged is the lower of the models' prediction and what drafted steps at
-  this load have really committed per second (drafter and bookkeeping included), so a model that is too hopeful
-  cannot keep a losing load drafting. With many rows on a compute-bound device this is what happens: drafting stops.
+  drafted step probes again; the drafted rate judged is the lower of the models' prediction and the median of what
+  the last few drafted steps at this load have really committed per second (drafter and bookkeeping included), so a
+  model that is too hopeful cannot keep a losing load drafting, while one slow step (a drafter catching up on a
+  prompt or on plain steps) cannot stop a winning one. The drafter's seconds per row are a median too. With many
+  rows on a compute-bound device this is what happens: drafting stops.
   A batch size not seen yet starts in plain mode when a smaller one (down to half) is in it, and borrows the curve of a
   row count within a quarter of it (scaled by the rows), so a server whose load drifts does not probe and measure
   afresh at every row count.
-- sizes whose cost is not measured yet are verified first, in real steps (`step_cost.GRID`), so the curve is
-  filled in by the work itself, but only sizes that could still pay (judged by the cheapest cost they can have);
-  none past a size that costs about its token count in one-token forwards (nothing larger can pay there).
+- the one-token cost of a batch size is measured by a plain step (no drafter pass is wasted on it); sizes whose cost
+  is not measured yet are verified next, in real steps (`step_cost.GRID`), so the curve is filled in by the work
+  itself, but only sizes that could still pay (judged by the cheapest cost they can have); none past a size that
+  costs about its token count in one-token forwards (nothing larger can pay there). Such measuring steps are not
+  judged: their size was not chosen to pay.
 
 Lossless: the budget only removes nodes before verification (a subtree stays a valid draft with the exact q each
 node was drawn from); what is accepted is decided by the acceptance rule alone.
@@ -28,6 +34,7 @@ node was drawn from); what is accepted is decided by the acceptance rule alone.
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 
 from ..verification.tree import DraftTree
@@ -35,6 +42,10 @@ from .acceptance_model import AcceptanceModel
 from .step_cost import GRID, StepCostModel
 
 MAX_BACKOFF = 64  # plain steps between probes, at most
+NOISE = 0.03  # rates this close to the best count as equal (the larger size wins)
+RECENT = 5  # drafted steps whose realized rate / drafter seconds are kept (their median decides)
+JUDGED_AFTER = 3  # realized rates needed before they can overrule the models
+PROBE_MARGIN = 0.2  # a due probe is skipped when the models put drafting this far below plain steps
 
 
 @dataclass
@@ -43,8 +54,13 @@ class Budget:
 
     costs: StepCostModel
     acceptance: AcceptanceModel
-    draft_seconds: float | None = None  # drafter time per row and step, measured
-    realized: dict[int, float] = field(default_factory=dict)  # rows -> committed tokens/s of drafted steps (EMA)
+    draft_seconds: float | None = None  # drafter time per row and step (default: the acceptance model's samples)
+    realized: dict[int, list[float]] = field(default_factory=dict)  # rows -> committed tokens/s, recent drafted steps
+    measuring: bool = False  # this step's size was chosen to measure the curve, not to pay
+
+    def __post_init__(self) -> None:
+        if self.draft_seconds is None and self.acceptance.draft_seconds:
+            self.draft_seconds = statistics.median_low(self.acceptance.draft_seconds)
 
     def drafting(self, rows: int) -> bool:
         """Whether this step runs the drafter (False: a plain one-token step); the plain/probe schedule of this
@@ -54,10 +70,29 @@ class Budget:
             near = [r for r, s in self.acceptance.schedule.items() if s[1] > 2 and rows / 2 <= r <= rows]
             backoff = self.acceptance.schedule[min(near, key=lambda r: abs(r - rows))][1] if near else 0
             schedule = self.acceptance.schedule[rows] = [backoff, max(2, backoff)]
+        if not self.costs.measured(1, rows):  # the one-token cost first: a plain step measures it
+            return False
         if schedule[0] > 0:
             schedule[0] -= 1
             return False
+        if schedule[1] > 2 and self._clearly_loses(rows):  # a probe is due, but the models say it cannot pay
+            schedule[:] = [schedule[1], min(MAX_BACKOFF, 2 * schedule[1])]
+            return False
         return True
+
+    def _clearly_loses(self, rows: int) -> bool:
+        """Whether the best drafted rate the models give for the drafts seen last (`AcceptanceModel.typical`) falls
+        short of plain steps' by more than `PROBE_MARGIN`, the verify cost estimated with the curve's rise at the
+        nearest load measured when this one has only its one-token cost. A probe would then only spend a drafter
+        pass (which first catches up on every row's tokens, prompts included) to confirm it."""
+        values, plain = self.acceptance.typical, self.costs.cost(1, rows)
+        if not values or plain is None or self.draft_seconds is None:
+            return False
+        best = max(
+            rows * (1 + sum(values[:n])) / (self.costs.estimate(1 + n, rows) + rows * self.draft_seconds)
+            for n in range(len(values) + 1)
+        )
+        return best < (1 - PROBE_MARGIN) * rows / plain
 
     def choose(self, trees: list[DraftTree], rows: int) -> list[DraftTree]:
         """Keep in every row the N highest-valued nodes, N chosen for the most committed tokens per second."""
@@ -65,6 +100,7 @@ class Budget:
         values = [sorted(v, reverse=True) for v in node_values]
         most = max((len(v) for v in values), default=0)
         explore = self._unmeasured(values, rows, most)
+        self.measuring = explore is not None
         n = explore if explore is not None else self._best(values, rows, most)
         return [keep_best(tree, n, v) for tree, v in zip(trees, node_values, strict=True)]
 
@@ -72,24 +108,32 @@ class Budget:
         """Record a step's target forward (`rows` x `fed` tokens) and, after a drafted step, decide on plain mode."""
         self.costs.record(fed, seconds, rows)
         if drafted and draft_seconds > 0 and not self.costs.pinned:  # a pinned curve decides alone
-            per_row = draft_seconds / rows
-            self.draft_seconds = per_row if self.draft_seconds is None else 0.7 * self.draft_seconds + 0.3 * per_row
+            samples = self.acceptance.draft_seconds = [
+                *self.acceptance.draft_seconds[1 - RECENT :],
+                draft_seconds / rows,
+            ]
+            self.draft_seconds = statistics.median_low(samples)
 
     def after_drafted_step(self, trees: list[DraftTree], rows: int, realized: float | None = None) -> None:
         """Switch to plain steps when drafting loses to plain decoding: the best drafted rate the models predict for
         this step's drafts, or the rate drafted steps at this load have really achieved (`realized`: committed tokens
         per second of this step, drafter included, averaged over drafted steps), whichever is lower."""
         plain = self.costs.cost(1, rows)
+        if self.measuring:  # a size verified to measure its cost: not a step that was meant to pay
+            return
         if realized is not None and not self.costs.pinned:  # a pinned curve decides alone (real timings differ)
-            seen = self.realized.get(rows)
-            self.realized[rows] = realized if seen is None else 0.5 * seen + 0.5 * realized
+            self.realized[rows] = [*self.realized.get(rows, [])[1 - RECENT :], realized]
         if plain is None or any(not self.costs.measured(g, rows) for g in GRID[:2]) or not any(map(len, trees)):
             return  # nothing to judge by (no curve yet, or no room left to draft in)
         values = [sorted(self.acceptance.node_values(t), reverse=True) for t in trees]
+        self.acceptance.typical = max(values, key=len)
         most = max((len(v) for v in values), default=0)
         best = self._best(values, rows, most)
         schedule = self.acceptance.schedule.setdefault(rows, [0, 2])
-        drafted_rate = min(self._rate(values, rows, best), self.realized.get(rows, float("inf")))
+        drafted_rate = self._rate(values, rows, best)
+        seen = self.realized.get(rows, [])
+        if len(seen) >= JUDGED_AFTER:
+            drafted_rate = min(drafted_rate, statistics.median(seen))
         if drafted_rate < rows / plain:
             schedule[:] = [schedule[1], min(MAX_BACKOFF, 2 * schedule[1])]
         else:
@@ -129,7 +173,11 @@ class Budget:
         return committed / (cost + rows * (self.draft_seconds or 0.0))
 
     def _best(self, values: list[list[float]], rows: int, most: int) -> int:
-        return max(range(most + 1), key=lambda n: (self._rate(values, rows, n), -n))
+        """The drafts per row with the most committed tokens per second; among sizes within `NOISE` of that rate,
+        the largest."""
+        rates = [self._rate(values, rows, n) for n in range(most + 1)]
+        top = max(rates)
+        return max(n for n, rate in enumerate(rates) if rate >= (1 - NOISE) * top)
 
 
 def keep_best(tree: DraftTree, n: int, values: list[float]) -> DraftTree:

@@ -66,12 +66,26 @@ class StepCostModel:
     def cost(self, fed: int, rows: int = 1) -> float | None:
         """Seconds for `rows` x `fed` tokens: from this row count's curve where it has a point near `fed`, else from
         the nearest row count within a quarter that has one, scaled by the ratio of rows (a loaded device pays per
-        row), else this row count's curve extended; None before anything is measured for `rows` rows or near it."""
+        row), else this row count's curve extended; None before anything is measured for `rows` rows or near it.
+        The curve read is made non-decreasing first (`monotone`): feeding more never costs less, and where the
+        medians say otherwise it is timer noise, averaged out."""
         if not self._near(rows, fed):
             other = self._neighbour(rows)
             if other is not None and self._near(other, fed):
-                return _on_curve(self.curve(other), fed) * rows / other
-        return _on_curve(self.curve(rows), fed)
+                return _on_curve(monotone(self.curve(other)), fed) * rows / other
+        return _on_curve(monotone(self.curve(rows)), fed)
+
+    def estimate(self, fed: int, rows: int = 1) -> float | None:
+        """`cost`, except where this row count has its one-token cost only: that cost times the curve's rise (fed vs
+        one token) at the nearest row count measured at both (a lower bound on a loaded device, where the curve of
+        more rows rises faster)."""
+        if self.measured(fed, rows) or not self._near(rows, 1):
+            return self.cost(fed, rows)
+        others = [r for r in self.points if r != rows and self._near(r, fed) and self._near(r, 1)]
+        if not others:
+            return self.cost(fed, rows)
+        near = min(others, key=lambda r: abs(r - rows))
+        return self.cost(1, rows) * self.cost(fed, near) / self.cost(1, near)
 
     def curve(self, rows: int = 1) -> dict[int, float]:
         """{fed tokens per row: median seconds} of every point measured with `rows` rows."""
@@ -123,6 +137,20 @@ def model_key(target: PreTrainedModel) -> str:
     device = target.device
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_model()
     return f"{Path(name).name}|{params}|{device.type}|{target.dtype}|threads={torch.get_num_threads()}|{where}"
+
+
+def monotone(curve: dict[int, float]) -> dict[int, float]:
+    """The non-decreasing curve nearest `curve` in least squares (isotonic regression by pooling adjacent
+    violators): neighbouring sizes whose medians decrease get their mean."""
+    pools: list[list] = []  # [sum of seconds, points, sizes] per pool, left to right
+    for n, seconds in sorted(curve.items()):
+        pools.append([seconds, 1, [n]])
+        while len(pools) > 1 and pools[-2][0] / pools[-2][1] > pools[-1][0] / pools[-1][1]:
+            total, count, sizes = pools.pop()
+            pools[-1][0] += total
+            pools[-1][1] += count
+            pools[-1][2] += sizes
+    return {n: total / count for total, count, sizes in pools for n in sizes}
 
 
 def _on_curve(curve: dict[int, float], fed: int) -> float | None:
@@ -180,4 +208,4 @@ def _cpu_model() -> str:
     return name or platform.processor() or "cpu"
 
 
-__all__ = ["GRID", "StepCostModel", "cache_path", "cost_model", "model_key"]
+__all__ = ["GRID", "StepCostModel", "cache_path", "cost_model", "model_key", "monotone"]

@@ -70,7 +70,17 @@ class PardDrafter(SavedDecoding, PreTrainedModel):
     def head_weight(self, lm_head: nn.Module | None = None) -> torch.Tensor:
         """(Vd, H) the rows of the drafter's own LM head it scores (a PARD drafter never scores with the target's)."""
         weight = self.get_output_embeddings().weight
-        return weight if self.draft_vocab is None else weight.index_select(0, self.draft_vocab.to(weight.device))
+        if self.draft_vocab is None:
+            return weight
+        if torch.is_grad_enabled():  # training: a fresh selection, part of the graph
+            return weight.index_select(0, self.draft_vocab.to(weight.device))
+        # decoding: one selection per weight version (a server builds a generator per request)
+        key = (weight.data_ptr(), weight._version, weight.device, self.draft_vocab.data_ptr())
+        cached = self.__dict__.get("_selected_head")
+        if cached is None or cached[0] != key:
+            cached = (key, weight.index_select(0, self.draft_vocab.to(weight.device)))
+            self.__dict__["_selected_head"] = cached
+        return cached[1]
 
     def get_input_embeddings(self) -> nn.Module:
         return self.lm.get_input_embeddings()
