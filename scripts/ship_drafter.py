@@ -2,8 +2,8 @@
 
     python scripts/ship_drafter.py --run runs/qwen1.5b-b8 --name qwen2.5-coder-1.5b --command "python scripts/..."
     # and publish it with a model card (needs a Hub token with write access):
-    python scripts/ship_drafter.py ... --push_to_hub me/qwen2.5-coder-1.5b-drafter \
-        --target_id Qwen/Qwen2.5-Coder-1.5B-Instruct --benchmark_json results/default-t0/benchmark.json
+    python scripts/ship_drafter.py ... --push_to_hub me/qwen2.5-coder-1.5b-drafter \\
+        --target_id Qwen/Qwen2.5-Coder-1.5B-Instruct --benchmark results/default-t0 --license apache-2.0
 
 Takes the finished drafter (run/drafter) or, if training was stopped early, the last checkpoint (run/checkpoint),
 writes drafters/NAME/{config.json, model.safetensors, TRAINING.md, loss.png} and replaces what was there (a PARD
@@ -11,7 +11,9 @@ run ships its LoRA adapter, adapter_config.json and its config naming the base m
 NAME is one folder name (letters, digits, '.', '-', '_'; no path separators, not '.' or '..'). Refuses checkpoints
 over 64 MiB, before the drafter already there is touched. With --push_to_hub it then uploads that folder's weights,
 config, TRAINING.md and loss.png with a model card in one commit (`hf_specdec.hub.publish_drafter`; --dry_run lists
-them instead); a drafter trained from a local target folder needs --target_id.
+them instead); a drafter trained from a local target folder needs --target_id. No local path goes up: the target's
+folder becomes --target_id, an offline model its name, a path under the working directory a relative one. Without
+--benchmark the card says it has no measured results.
 All of it is `hf_specdec.hub.ship.ship_drafter`.
 """
 
@@ -19,8 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-
-from hf_specdec.hub.ship import ship_drafter
 
 
 def main() -> None:
@@ -40,7 +40,15 @@ def main() -> None:
         "--target_id", default=None, help="Hub id of the target (default: the drafter config's, if it is a Hub id)"
     )
     parser.add_argument("--target_revision", default=None, help="target revision the drafter was trained on")
-    parser.add_argument("--benchmark_json", default=None, help="benchmark.json of scripts/benchmark.py for the card")
+    parser.add_argument(
+        "--benchmark",
+        "--benchmark_json",
+        dest="benchmark",
+        default=None,
+        help="for the card's measured section: the folder scripts/benchmark.py wrote, or its benchmark.json or "
+        "benchmark.md (default: none, and the card says it has no measured results)",
+    )
+    parser.add_argument("--license", default="apache-2.0", help="license id on the card (default: %(default)s)")
     parser.add_argument(
         "--dry_run", action="store_true", help="with --push_to_hub: list the files that would go up, send nothing"
     )
@@ -48,6 +56,8 @@ def main() -> None:
         "--draft_vocab_size", type=int, default=None, help="score only the first N token ids (and EOS): a cheaper head"
     )
     args = parser.parse_args()
+    from hf_specdec.hub.ship import ship_drafter  # torch and transformers: after the arguments
+
     try:
         ship_drafter(
             args.run,
@@ -57,7 +67,8 @@ def main() -> None:
             push_to_hub=args.push_to_hub,
             target_id=args.target_id,
             target_revision=args.target_revision,
-            benchmark_json=args.benchmark_json,
+            benchmark=args.benchmark,
+            license=args.license,
             dry_run=args.dry_run,
             draft_vocab_size=args.draft_vocab_size,
         )

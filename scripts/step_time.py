@@ -17,15 +17,22 @@ import json
 import sys
 from pathlib import Path
 
+from command_line import HelpFormatter
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("which", choices=["tiny", "real"])
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    parser.add_argument("which", choices=["tiny", "real"], help="random tiny models, or --target and --drafter")
     parser.add_argument("--target", help="target folder (real)")
     parser.add_argument("--drafter", help="drafter folder (real)")
-    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--reps", type=int, default=5, help="timed generate() calls per case (the best is kept)")
     parser.add_argument("--library", help="a checkout of hf_specdec to time instead of the installed one")
-    args = parser.parse_args()
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = build_parser()
+    args = parser.parse_args(argv)
     if args.which == "real" and not (args.target and args.drafter):
         parser.error("real needs --target and --drafter")
     if args.library:

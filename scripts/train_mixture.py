@@ -1,8 +1,8 @@
 """Train a DBLAST mixture head on top of a trained block drafter, for expected verified length at a temperature.
 
     # the shipped CPU drafter, reusing the data its own training run cached (same data settings), T = 1:
-    python scripts/train_mixture.py --target ~/.cache/hf_specdec/models/qwen2.5-coder-1.5b \
-        --drafter runs/qwen1.5b-b8/drafter --data_dir runs/qwen1.5b-b8/data --output_dir runs/dblast \
+    python scripts/train_mixture.py --target ~/.cache/hf_specdec/models/qwen2.5-coder-1.5b \\
+        --drafter runs/qwen1.5b-b8/drafter --data_dir runs/qwen1.5b-b8/data --output_dir runs/dblast \\
         --continue_prompts False --label_source target_argmax --num_prompts 160 --max_length 512 --num_steps 300
 
 The target's top-m probabilities are cached once under data_dir. Killed runs resume from output_dir/checkpoint.
@@ -10,14 +10,20 @@ The target's top-m probabilities are cached once under data_dir. Killed runs res
 
 from __future__ import annotations
 
-from transformers import HfArgumentParser
+from command_line import library_module
 
-from hf_specdec.training.config import MixtureTrainingConfig
-from hf_specdec.training.run import run
+config_module = library_module("hf_specdec.training.config")  # standard library only: --help stays instant
 
 
-def main() -> None:
-    (config,) = HfArgumentParser(MixtureTrainingConfig).parse_args_into_dataclasses()
+def build_parser():
+    """The command line: MixtureTrainingConfig's fields (an HfArgumentParser, defaults shown)."""
+    return config_module.argument_parser(config_module.MixtureTrainingConfig, description=__doc__)
+
+
+def main(argv: list[str] | None = None) -> None:
+    (config,) = build_parser().parse_args_into_dataclasses(argv)
+    from hf_specdec.training.run import run  # torch and transformers: after the arguments
+
     print(f"DBLAST drafter written to {run(config)}")
 
 

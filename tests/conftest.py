@@ -25,7 +25,21 @@ VOCAB = 256
 MASK_ID = VOCAB - 1
 
 
-def tiny_target(arch: str = "llama", seed: int = 0, layers: int = 4, attn: str = "sdpa", vocab: int = VOCAB):
+# Every device present: CPU always, CUDA when there is one. Tests that take the `device` fixture (or a file's
+# `target`/`prompt` fixtures built on it) run once per entry; ids end in -cpu / -cuda, so `-k cuda` picks the GPU
+# runs (scripts/device_check.sh). A CPU-only machine runs each test once, as before.
+DEVICES = ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]
+
+
+@pytest.fixture(params=DEVICES)
+def device(request) -> torch.device:
+    return torch.device(request.param)
+
+
+def tiny_target(
+    arch: str = "llama", seed: int = 0, layers: int = 4, attn: str = "sdpa", vocab: int = VOCAB, device="cpu"
+):
+    """A random target built on the CPU from `seed` (the same weights on every device), then moved to `device`."""
     torch.manual_seed(seed)
     common = dict(
         vocab_size=vocab,
@@ -46,7 +60,7 @@ def tiny_target(arch: str = "llama", seed: int = 0, layers: int = 4, attn: str =
         model = Qwen3ForCausalLM(Qwen3Config(**common, head_dim=16, attn_implementation=attn))
     else:
         raise ValueError(arch)
-    return model.eval()
+    return model.to(device).eval()
 
 
 class OracleScores:
@@ -58,7 +72,7 @@ class OracleScores:
         T = input_ids.shape[1]
         drafts = ref[0, T : T + k].tolist()
         drafts += [3] * (k - len(drafts))  # past the reference's end: any token
-        logits = torch.zeros(k, self.vocab_size)
+        logits = torch.zeros(k, self.vocab_size, device=hidden.device)
         for d, token in enumerate(drafts):
             logits[d, token] = 8.0
         rank = self.drafter.reference_rank
@@ -125,9 +139,10 @@ def saved_run_inputs(folder, sequences: int = 3, length: int = 40, drafter_cls=B
 
 def assert_batch_and_server_equal_plain(target, drafter, prompts: list, new_tokens: int) -> None:
     """Left-padded batched generate and the server with `drafter` give every prompt ((T,) ids) plain greedy's tokens."""
-    width = max(len(p) for p in prompts)
-    ids = torch.zeros(len(prompts), width, dtype=torch.long)
-    mask = torch.zeros(len(prompts), width, dtype=torch.long)
+    width, dev = max(len(p) for p in prompts), target.device
+    prompts = [p.to(dev) for p in prompts]
+    ids = torch.zeros(len(prompts), width, dtype=torch.long, device=dev)
+    mask = torch.zeros(len(prompts), width, dtype=torch.long, device=dev)
     for i, p in enumerate(prompts):
         ids[i, width - len(p) :], mask[i, width - len(p) :] = p, 1
     plain = target.generate(ids, attention_mask=mask, max_new_tokens=new_tokens, do_sample=False)
@@ -137,7 +152,7 @@ def assert_batch_and_server_equal_plain(target, drafter, prompts: list, new_toke
     requests = [server.submit(p, new_tokens) for p in prompts]
     server.run()
     for request, p in zip(requests, prompts, strict=True):
-        alone = target.generate(p[None], max_new_tokens=new_tokens, do_sample=False)[0]
+        alone = target.generate(p[None], max_new_tokens=new_tokens, do_sample=False)[0].cpu()  # outputs: CPU
         assert torch.equal(request.output_ids, alone)
 
 

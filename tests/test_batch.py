@@ -9,12 +9,12 @@ from hf_specdec import BlockDrafter, DBLASTDrafter, DCOCODrafter, DecodingSettin
 LENGTHS = [12, 7, 10]
 
 
-def batch_inputs(seed=5):
+def batch_inputs(seed=5, device="cpu"):
     g = torch.Generator().manual_seed(seed)
-    prompts = [torch.randint(3, VOCAB - 1, (n,), generator=g) for n in LENGTHS]
+    prompts = [torch.randint(3, VOCAB - 1, (n,), generator=g).to(device) for n in LENGTHS]
     width = max(LENGTHS)
-    ids = torch.zeros(len(prompts), width, dtype=torch.long)
-    mask = torch.zeros(len(prompts), width, dtype=torch.long)
+    ids = torch.zeros(len(prompts), width, dtype=torch.long, device=device)
+    mask = torch.zeros(len(prompts), width, dtype=torch.long, device=device)
     for i, p in enumerate(prompts):
         ids[i, width - len(p) :], mask[i, width - len(p) :] = p, 1
     return prompts, ids, mask
@@ -39,9 +39,9 @@ def batch_oracle(target, prompts, block_size, corrupt_ats, new_tokens, cls=Oracl
     [DecodingSettings(budget="fixed"), DecodingSettings(budget="fixed", tree_budget=5)],
     ids=["chain", "tree"],
 )
-def test_rows_accepting_none_all_and_j_tokens_match_plain_batched_greedy(arch, block_size, cls, settings):
-    target = tiny_target(arch).float()
-    prompts, ids, mask = batch_inputs()
+def test_rows_accepting_none_all_and_j_tokens_match_plain_batched_greedy(arch, block_size, cls, settings, device):
+    target = tiny_target(arch, device=device).float()
+    prompts, ids, mask = batch_inputs(device=device)
     expected = target.generate(ids, attention_mask=mask, max_new_tokens=14, do_sample=False)
     # row 0 accepts nothing (errs at slot 0), row 1 everything, row 2 exactly one draft per step
     drafter = batch_oracle(target, prompts, block_size, [0, None, 1], 14, cls)
@@ -50,6 +50,29 @@ def test_rows_accepting_none_all_and_j_tokens_match_plain_batched_greedy(arch, b
     assert torch.equal(out, expected)
     stats = drafter.last_acceptance_stats
     assert stats.verify_forwards > 0 and max(stats.accepted) == block_size - 1 and min(stats.accepted) == 0
+
+
+def test_batch_statistics_count_real_target_forwards_and_row_steps_apart():
+    """One forward verifies every row: target_forwards is what the target ran (counted by a hook), row_steps the
+    rows it verified, and tau stays tokens committed per row step."""
+    target = tiny_target("llama").float()
+    prompts, ids, mask = batch_inputs()
+    drafter = batch_oracle(target, prompts, 4, [0, None, 1], 14)  # rows accept none, all, one draft per step
+    drafter.decoding = DecodingSettings(budget="fixed")  # no cost measurement: every forward is prefill or verify
+    calls = []
+    hook = target.register_forward_hook(lambda *_: calls.append(1))
+    try:
+        out = target.generate(ids, attention_mask=mask, max_new_tokens=14, do_sample=False, assistant_model=drafter)
+    finally:
+        hook.remove()
+    stats = drafter.last_acceptance_stats
+    assert stats.prefill_forwards == 1 and stats.target_forwards == len(calls)
+    # after the prefill's token each row commits 13: row 0 one per forward (13 forwards, the batch's count),
+    # row 1 four (4 forwards), row 2 two (7 forwards); rows that finish leave the batch
+    assert out.shape[1] == ids.shape[1] + 14
+    assert stats.verify_forwards == 13 and stats.row_steps == 13 + 4 + 7
+    assert stats.committed_tokens == 3 * 13 and stats.tau == pytest.approx(3 * 13 / stats.row_steps)
+    assert stats.to_dict()["row_steps"] == stats.row_steps
 
 
 @pytest.mark.parametrize("kind", [None, DCOCODrafter, DBLASTDrafter])
@@ -145,14 +168,14 @@ class Collect:
 
 
 @pytest.mark.parametrize("cls", [OracleDrafter, OracleDCOCODrafter])
-def test_server_requests_joining_and_leaving_get_their_own_greedy_text(cls):
+def test_server_requests_joining_and_leaving_get_their_own_greedy_text(cls, device):
     """Continuous batching: 5 requests of different lengths through a batch of at most 2; each output equals
     `target.generate` of that prompt alone, and its streamer got exactly its tokens."""
     from hf_specdec import SpeculativeServer
 
-    target = tiny_target("llama").float()
+    target = tiny_target("llama", device=device).float()
     g = torch.Generator().manual_seed(11)
-    prompts = [torch.randint(3, VOCAB - 1, (n,), generator=g) for n in (9, 5, 12, 7, 6)]
+    prompts = [torch.randint(3, VOCAB - 1, (n,), generator=g).to(device) for n in (9, 5, 12, 7, 6)]
     budgets = [10, 3, 14, 6, 9]
     drafter = batch_oracle(target, prompts, 4, [1, None, 0, 2, None], max(budgets), cls)
     server = SpeculativeServer(target, drafter, max_batch_size=2, do_sample=False)
@@ -161,7 +184,7 @@ def test_server_requests_joining_and_leaving_get_their_own_greedy_text(cls):
     order = server.run()
     assert sorted(r.id for r in order) == list(range(5)) and not server.busy
     for request, prompt, budget, stream in zip(requests, prompts, budgets, streams, strict=True):
-        alone = target.generate(prompt[None], max_new_tokens=budget, do_sample=False)[0]
+        alone = target.generate(prompt[None], max_new_tokens=budget, do_sample=False)[0].cpu()  # outputs: CPU
         assert torch.equal(request.output_ids, alone)
         assert stream.tokens == alone.tolist() and stream.ended
         assert request.latency >= 0 and request.started_at >= request.submitted_at

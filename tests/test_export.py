@@ -233,3 +233,35 @@ def test_script_exports_and_checks_the_round_trip(monkeypatch, tmp_path, capsys)
         run_script(monkeypatch, "--drafter", str(tmp_path / "ours"), "--output", str(tmp_path / "out"))
     with pytest.raises(SystemExit, match="not a block drafter"):
         run_script(monkeypatch, "--drafter", str(tmp_path / "target"), "--output", str(tmp_path / "y"))
+
+
+def test_script_self_check_shows_no_expected_load_report(monkeypatch, tmp_path):
+    """The reload that proves an export does not print transformers' MISSING/UNEXPECTED report; a plain load does."""
+    from transformers.utils import logging as transformers_logging
+
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    transformers_logging.add_handler(handler)
+    try:
+        target = tiny_target("qwen3")
+        target.save_pretrained(tmp_path / "target")
+        drafter = randomized(make_drafter(target, 4))
+        drafter.set_draft_vocab(SUBSET)
+        drafter.save_pretrained(tmp_path / "ours")
+        before = transformers_logging.get_verbosity()
+        run_script(
+            monkeypatch,
+            "--drafter",
+            str(tmp_path / "ours"),
+            "--output",
+            str(tmp_path / "out"),
+            "--target",
+            str(tmp_path / "target"),
+        )
+        assert transformers_logging.get_verbosity() == before
+        assert not [r for r in records if "LOAD REPORT" in r.getMessage()]
+        BlockDrafter.from_pretrained(tmp_path / "out")
+        assert any("MISSING" in r.getMessage() for r in records)
+    finally:
+        transformers_logging.remove_handler(handler)

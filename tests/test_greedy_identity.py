@@ -11,6 +11,18 @@ import torch
 from conftest import VOCAB, make_drafter, oracle, tiny_target
 
 BLOCK_SIZES = [2, 3, 4, 8, 16]
+
+
+@pytest.fixture
+def target(target, device):  # every test here runs on each device present (conftest.DEVICES)
+    return target.to(device)
+
+
+@pytest.fixture
+def prompt(prompt, device):
+    return prompt.to(device)
+
+
 NEW_TOKENS = 37  # not a multiple of any block size: the last block is cut by max_length
 
 

@@ -387,9 +387,9 @@ def test_training_with_push_to_hub_publishes_the_drafter_and_its_recipe(hub_env,
         dtype="float32",
         push_to_hub="org/opd-drafter",
     )
-    with pytest.raises(ValueError, match="target"):  # a local target folder is no Hub id: refused, run kept
+    with pytest.raises(ValueError, match="--hub_target_id"):  # a local target folder is no Hub id: refused up front
         run(DistillationConfig(**settings))
-    assert (tmp_path / "run" / "drafter" / "model.safetensors").is_file()
+    assert not (tmp_path / "run").exists()  # before anything was trained or written
     out = run(DistillationConfig(**settings, hub_target_id=TARGET))
     card = ModelCard.load("org/opd-drafter")
     assert card.data.base_model == TARGET

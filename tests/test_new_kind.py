@@ -71,7 +71,8 @@ def test_generate_chain_and_tree_equal_plain_greedy():
     drafter = echo_drafter(target)
     prompt = torch.tensor([[5, 9, 9, 9, 17, 9, 9, 23, 9, 9, 9]])
     plain = target.generate(prompt, max_new_tokens=20, do_sample=False)
-    for settings in (DecodingSettings(), DecodingSettings(tree_budget=6, prompt_lookup_tokens=4)):
+    fixed = dict(budget="fixed")  # the kind must reach the drafting steps: no budget may run them plain
+    for settings in (DecodingSettings(**fixed), DecodingSettings(tree_budget=6, prompt_lookup_tokens=4, **fixed)):
         drafter.decoding = settings
         before = EchoGenerator.calls
         out = target.generate(prompt, max_new_tokens=20, do_sample=False, assistant_model=drafter)

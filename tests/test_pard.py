@@ -51,7 +51,8 @@ def tiny_lm(seed: int = 5, layers: int = 2) -> LlamaForCausalLM:
 
 
 def pard(target, block_size=4, cls=PardDrafter, lm=None, **kwargs) -> PardDrafter:
-    drafter = cls.from_causal_lm(lm or tiny_lm(), target, mask_token_id=MASK_ID, block_size=block_size, **kwargs)
+    lm = (lm or tiny_lm()).to(target.device)
+    drafter = cls.from_causal_lm(lm, target, mask_token_id=MASK_ID, block_size=block_size, **kwargs)
     drafter.decoding = DecodingSettings(budget="fixed")
     return drafter.eval()
 
@@ -75,7 +76,8 @@ SETTINGS = {
 
 @pytest.mark.parametrize("corrupt_at", [None, 0, 2])
 @pytest.mark.parametrize("name", list(SETTINGS))
-def test_greedy_output_equals_plain_when_all_none_or_j_drafts_are_accepted(target, prompt, corrupt_at, name):
+def test_greedy_output_equals_plain_when_all_none_or_j_drafts_are_accepted(target, prompt, corrupt_at, name, device):
+    target, prompt = target.to(device), prompt.to(device)
     plain = target.generate(prompt, max_new_tokens=20, do_sample=False)
     drafter = pard_oracle(target, prompt, 5, corrupt_at, 20)
     drafter.decoding = SETTINGS[name]
@@ -88,11 +90,11 @@ def test_greedy_output_equals_plain_when_all_none_or_j_drafts_are_accepted(targe
         assert full and all(a >= expected if "lookup" in name else a == expected for a in full)
 
 
-def test_pard_over_the_target_itself_has_its_first_draft_accepted_every_step(prompt):
+def test_pard_over_the_target_itself_has_its_first_draft_accepted_every_step(prompt, device):
     """Draft 1 is the LM's own next token at the anchor: with the target as the LM it is always right, which holds
     only if the drafter's cache and positions line up with the committed tokens at every step."""
-    target = tiny_target("llama")
-    twin = tiny_target("llama")  # same seed: the same weights
+    target, prompt = tiny_target("llama", device=device), prompt.to(device)
+    twin = tiny_target("llama", device=device)  # same seed: the same weights
     drafter = pard(target, block_size=4, lm=twin)
     plain = target.generate(prompt, max_new_tokens=24, do_sample=False)
     out = target.generate(prompt, max_new_tokens=24, do_sample=False, assistant_model=drafter)
@@ -101,12 +103,13 @@ def test_pard_over_the_target_itself_has_its_first_draft_accepted_every_step(pro
     assert all(a >= 1 for a, d in zip(stats.accepted, stats.drafted, strict=True) if d)
 
 
-def test_the_drafter_cache_holds_exactly_the_committed_tokens(target, prompt):
+def test_the_drafter_cache_holds_exactly_the_committed_tokens(target, prompt, device):
+    target, prompt = target.to(device), prompt.to(device)
     drafter = pard(target, block_size=4)
     gen = PardCandidateGenerator(drafter, target, GenerationConfig(max_length=64))
     ids = prompt
     for extra in ([7], [8, 9, 10], [11]):  # commits of 1, 3 and 1 tokens
-        ids = torch.cat([ids, torch.tensor([extra])], dim=-1)
+        ids = torch.cat([ids, torch.tensor([extra], device=device)], dim=-1)
         hidden, scores = gen.draft_scores(ids, 3)
         assert gen.cache.get_seq_length() == ids.shape[1]
         assert hidden.shape == (3, drafter.config.hidden_size) and scores.shape == (3, VOCAB)
@@ -115,7 +118,8 @@ def test_the_drafter_cache_holds_exactly_the_committed_tokens(target, prompt):
     assert torch.allclose(fresh.draft_scores(ids, 3)[1], scores, atol=1e-5)
 
 
-def test_batches_and_the_server_equal_plain(target):
+def test_batches_and_the_server_equal_plain(target, device):
+    target = target.to(device)
     g = torch.Generator().manual_seed(9)
     prompts = [torch.randint(3, VOCAB - 1, (n,), generator=g) for n in (9, 14)]
     drafter = pard(target, block_size=4)
@@ -124,9 +128,10 @@ def test_batches_and_the_server_equal_plain(target):
 
 
 @pytest.mark.parametrize("name", ["chain (transformers' loop)", "tree", "adaptive"])
-def test_a_draft_vocabulary_keeps_output_exact(target, prompt, name):
+def test_a_draft_vocabulary_keeps_output_exact(target, prompt, name, device):
+    target, prompt = target.to(device), prompt.to(device)
     drafter = pard(target, block_size=4)
-    drafter.set_draft_vocab(torch.arange(3, 120))  # the head scores ids 3..119 only
+    drafter.set_draft_vocab(torch.arange(3, 120, device=device))  # the head scores ids 3..119 only
     drafter.decoding = SETTINGS[name]
     out = target.generate(prompt, max_new_tokens=16, do_sample=False, assistant_model=drafter)
     assert torch.equal(out, target.generate(prompt, max_new_tokens=16, do_sample=False))
@@ -135,7 +140,8 @@ def test_a_draft_vocabulary_keeps_output_exact(target, prompt, name):
     assert all(3 <= t < 120 for t in tree.tokens)  # drafts come from the draft vocabulary, as full ids
 
 
-def test_a_fresh_feature_projection_drafts_exactly_as_the_plain_lm(target, prompt):
+def test_a_fresh_feature_projection_drafts_exactly_as_the_plain_lm(target, prompt, device):
+    target, prompt = target.to(device), prompt.to(device)
     lm = tiny_lm()
     plain_drafter = pard(target, lm=lm)
     injected = pard(target, lm=lm, feature_injection=True)

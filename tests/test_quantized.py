@@ -3,7 +3,7 @@ batches give exactly the quantized target's own greedy output."""
 
 import pytest
 import torch
-from conftest import OracleDrafter, make_drafter, oracle, tiny_target
+from conftest import DEVICES, OracleDrafter, make_drafter, oracle, tiny_target
 
 from hf_specdec import DBLASTDrafter, DCOCODrafter, DecodingSettings
 
@@ -16,11 +16,13 @@ QUANT = {
 }
 
 
-@pytest.fixture(scope="module", params=list(QUANT))
+@pytest.fixture(scope="module", params=[(q, d) for q in QUANT for d in DEVICES], ids="-".join)
 def quantized(request, tmp_path_factory):
+    """The tiny target in 8-bit or 4-bit on each device present (bitsandbytes' CPU or CUDA kernels)."""
+    quant, device = request.param
     folder = tmp_path_factory.mktemp("target")
     tiny_target("llama").save_pretrained(folder)
-    model = AutoModelForCausalLM.from_pretrained(folder, quantization_config=QUANT[request.param], device_map="cpu")
+    model = AutoModelForCausalLM.from_pretrained(folder, quantization_config=QUANT[quant], device_map=device)
     assert any(type(m).__module__.startswith("bitsandbytes") for m in model.modules())
     return model.eval()
 
@@ -28,7 +30,7 @@ def quantized(request, tmp_path_factory):
 @pytest.mark.parametrize("kind", [None, DCOCODrafter, DBLASTDrafter])
 @pytest.mark.parametrize("settings", [DecodingSettings(), DecodingSettings(tree_budget=5)], ids=["chain", "tree"])
 def test_every_drafter_kind_on_a_quantized_target(quantized, kind, settings):
-    prompt = torch.randint(3, 250, (1, 10), generator=torch.Generator().manual_seed(4))
+    prompt = torch.randint(3, 250, (1, 10), generator=torch.Generator().manual_seed(4)).to(quantized.device)
     expected = quantized.generate(prompt, max_new_tokens=16, do_sample=False)
     drafter = make_drafter(quantized, 4, **({"cls": kind} if kind else {})).float()
     drafter.decoding = settings
@@ -38,7 +40,7 @@ def test_every_drafter_kind_on_a_quantized_target(quantized, kind, settings):
 
 @pytest.mark.parametrize("corrupt_at", [0, 2, None])
 def test_oracle_drafts_accepted_none_some_all_on_a_quantized_target(quantized, corrupt_at):
-    prompt = torch.randint(3, 250, (1, 10), generator=torch.Generator().manual_seed(6))
+    prompt = torch.randint(3, 250, (1, 10), generator=torch.Generator().manual_seed(6)).to(quantized.device)
     expected = quantized.generate(prompt, max_new_tokens=16, do_sample=False)
     drafter = oracle(quantized, prompt, 4, corrupt_at, 16, cls=OracleDrafter)
     out = quantized.generate(prompt, max_new_tokens=16, do_sample=False, assistant_model=drafter)
@@ -53,6 +55,7 @@ def test_batch_on_a_quantized_target(quantized):
     mask = torch.ones_like(ids)
     mask[1, :4] = 0
     ids[1, :4] = 0
+    ids, mask = ids.to(quantized.device), mask.to(quantized.device)
     expected = quantized.generate(ids, attention_mask=mask, max_new_tokens=12, do_sample=False)
     out = quantized.generate(
         ids, attention_mask=mask, max_new_tokens=12, do_sample=False, assistant_model=make_drafter(quantized, 4)
@@ -75,7 +78,7 @@ def test_outlier_threshold_warning(tmp_path, caplog):
     assert len(said) == 1
 
 
-def test_specopd_lora_training_with_a_4bit_target(tmp_path):
+def test_specopd_lora_training_with_a_4bit_target(tmp_path, device):
     """The frozen target of a training run may be loaded in 4-bit: SpecOPD + LoRA runs and saves a drafter."""
     from conftest import saved_run_inputs
 
@@ -98,6 +101,7 @@ def test_specopd_lora_training_with_a_4bit_target(tmp_path):
         anchors_per_sequence=4,
         tree_anchors=2,
         dtype="float32",
+        device=device.type,
     )
     out = run_training(config)
     assert type(load_drafter(out)).__name__ == "BlockDrafter"

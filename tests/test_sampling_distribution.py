@@ -33,6 +33,7 @@ V = 8
 DRAWS = 1000
 DELTA = 1e-6
 PROMPT = torch.tensor([[1, 3, 4, 5, 3, 4, 6]])
+CPU = torch.device("cpu")
 CASES = {
     "chain": (DecodingSettings(budget="fixed"), 1.0, None),
     "siblings+lookup top-k": (DecodingSettings(budget="fixed", sample_branches=3, prompt_lookup_tokens=2), 0.7, 5),
@@ -83,7 +84,7 @@ def exact_joint(target, temperature, top_k) -> torch.Tensor:
     """(V, V) P(new token 2 = a, new token 3 = b), summing over new token 1, with generate()'s processors."""
     procs = _processors(temperature, top_k)
     pairs = torch.cartesian_prod(torch.arange(V), torch.arange(V))  # (V*V, 2) (x1, x2)
-    seqs = torch.cat([PROMPT.expand(V * V, -1), pairs], dim=1)
+    seqs = torch.cat([PROMPT.expand(V * V, -1), pairs], dim=1).to(target.device)
     with torch.no_grad():
         logits = target(seqs).logits[:, -3:].float()  # (V*V, 3, V)
     probs = [torch.softmax(procs(seqs, logits[:, i]), dim=-1) for i in range(3)]
@@ -93,13 +94,13 @@ def exact_joint(target, temperature, top_k) -> torch.Tensor:
     return torch.einsum("a,ab,abc->bc", p1, p2, p3)
 
 
-def run_case(name, drafter_cls=BlockDrafter):
+def run_case(name, drafter_cls=BlockDrafter, device="cpu"):
     settings, temperature, top_k = CASES[name]
-    target = tiny_target("llama", vocab=V, layers=2)
+    target = tiny_target("llama", vocab=V, layers=2, device=device)
     torch.manual_seed(3)
     drafter = drafter_cls.for_target(target, block_size=3, mask_token_id=V - 1).eval()
     if name.startswith("pard"):
-        lm = tiny_target("llama", vocab=V, layers=1, seed=7)  # another model of the same vocabulary
+        lm = tiny_target("llama", vocab=V, layers=1, seed=7, device=device)  # another model of the same vocabulary
         drafter = PardDrafter.from_causal_lm(lm, target, mask_token_id=V - 1, block_size=3).eval()
     if name == "dcoco walk":
         drafter = DCOCODrafter.from_block_drafter(drafter, corrector_candidates=4).eval()
@@ -123,7 +124,7 @@ def run_case(name, drafter_cls=BlockDrafter):
     try:
         for _ in range(DRAWS):
             out = target.generate(
-                PROMPT,
+                PROMPT.to(device),
                 do_sample=True,
                 temperature=temperature,
                 top_k=top_k or 0,
@@ -143,10 +144,10 @@ def run_case(name, drafter_cls=BlockDrafter):
 _RUNS: dict = {}
 
 
-def cached_run(name, drafter_cls=BlockDrafter):
-    key = (name, drafter_cls)
+def cached_run(name, drafter_cls=BlockDrafter, device=CPU):
+    key = (name, drafter_cls, device.type)
     if key not in _RUNS:
-        _RUNS[key] = run_case(name, drafter_cls)
+        _RUNS[key] = run_case(name, drafter_cls, device)
     return _RUNS[key]
 
 
@@ -159,8 +160,8 @@ def excesses(counts, exact):
 
 
 @pytest.mark.parametrize("name", list(CASES))
-def test_new_tokens_are_distributed_exactly_as_plain_sampling(name):
-    counts, exact, trees = cached_run(name)
+def test_new_tokens_are_distributed_exactly_as_plain_sampling(name, device):
+    counts, exact, trees = cached_run(name, device=device)
     assert max(excesses(counts, exact)) <= 1.0, excesses(counts, exact)
     drafted = sum(1 for t in trees if len(t))
     if name == "adaptive, plain steps":

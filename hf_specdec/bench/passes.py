@@ -65,7 +65,7 @@ def identity_pass(target, methods: list[Method], cases: list[Case], settings: Se
     """One untimed call per method and prompt; each output compared with plain greedy's."""
     records = []
     n = settings.identity_new_tokens or settings.max_new_tokens
-    checked = [m for m in methods[1:] if settings.identity_all_methods or m.kind == "hf_specdec"]
+    checked = [m for m in methods[1:] if settings.identity_all_methods or m.kind in ("hf_specdec", "native_dflash")]
     for case in tqdm(cases, desc=f"identity ({settings.identity_dtype})"):
         reference = generate(target, methods[0], case, n, settings)
         for method in checked:

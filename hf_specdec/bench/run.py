@@ -35,6 +35,7 @@ def settings_from_args(args: argparse.Namespace, device: torch.device) -> Settin
         temperature=args.temperature,
         identity_new_tokens=args.identity_new_tokens,
         identity_all_methods=args.identity_all_methods,
+        native_dflash=None if args.native_dflash is None else tuple(args.native_dflash),
     )
 
 

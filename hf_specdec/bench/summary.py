@@ -45,7 +45,7 @@ def library_summary(records: list[dict]) -> dict:
     stats = [r["library_stats"] for r in records]
     width = max(len(s["histogram"]) for s in stats)  # lookup branches can accept past the block
     hist = [sum(s["histogram"][a] for s in stats if a < len(s["histogram"])) for a in range(width)]
-    forwards = sum(s["verify_forwards"] for s in stats)
+    forwards = sum(s.get("row_steps", s["verify_forwards"]) for s in stats)  # per row: tau is per row
     return {
         "tau": _ratio(sum(s["committed_tokens"] for s in stats), forwards),
         "histogram": hist,

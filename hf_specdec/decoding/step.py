@@ -33,7 +33,7 @@ from ..models.target_features import tapped_features
 from ..verification.acceptance import greedy_acceptance, speculative_sampling
 from ..verification.processed import probabilities, process_rows
 from ..verification.prompt_lookup import prompt_lookup_candidates
-from ..verification.tree import DraftTree, mask_for_attention, tree_attention_mask
+from ..verification.tree import DraftTree, mask_for_attention, visibility_rows
 from .batch import Row, SpeculativeBatch
 
 
@@ -118,33 +118,26 @@ def draft_tree(batch: SpeculativeBatch, row: Row) -> DraftTree:
 
 
 def verification_inputs(batch: SpeculativeBatch, trees: list[DraftTree]):
-    """Step 2: (B, n) fed ids, (B, n) positions and the attention mask (None for one unpadded row's chain)."""
+    """Step 2: (B, n) fed ids, (B, n) positions and the attention mask (None for one unpadded row's chain).
+
+    Built as host lists and sent as three tensors (ids, positions, tree block), whatever the tree sizes: per-row and
+    per-node tensor writes would each be one small op (and, on a GPU, one launch)."""
     dev = batch.target.device
     B, S = batch.valid.shape
     n = max(len(t) for t in trees) + 1
-    feed = torch.full((B, n), batch.pad_token_id, dtype=torch.long, device=dev)  # (B, n)
-    positions = torch.zeros(B, n, dtype=torch.long, device=dev)  # (B, n)
-    for b, (row, tree) in enumerate(zip(batch.rows, trees, strict=True)):
-        T = row.ids.shape[1]
-        feed[b, 0] = row.ids[0, -1]
-        feed[b, 1 : len(tree) + 1] = torch.tensor(tree.tokens, dtype=torch.long)
-        positions[b, 0] = T - 1
-        positions[b, 1 : len(tree) + 1] = T - 1 + torch.tensor(tree.depths(), dtype=torch.long)
+    ids, pos = [], []
+    for row, tree in zip(batch.rows, trees, strict=True):
+        T, pad = row.ids.shape[1], n - 1 - len(tree)
+        anchor = row.new_tokens[-1] if row.new_tokens else int(row.ids[0, -1])  # the same token, kept on the host
+        ids.append([anchor, *tree.tokens] + [batch.pad_token_id] * pad)
+        pos.append([T - 1] + [T - 1 + d for d in tree.depths()] + [0] * pad)
+    feed = torch.tensor(ids, dtype=torch.long, device=dev)  # (B, n)
+    positions = torch.tensor(pos, dtype=torch.long, device=dev)  # (B, n)
     if B == 1 and trees[0].is_chain():  # one row is never padded: causal attention, no mask
         return feed, positions, None
-    allowed = torch.zeros(B, n, S + n, dtype=torch.bool, device=dev)  # (B, n, S + n) True = attend
-    allowed[:, :, :S] = batch.valid[:, None, :]
-    for b, tree in enumerate(trees):
-        allowed[b, :, S:] = tree_visibility(tree, n).to(dev)
+    block = torch.tensor([visibility_rows(t, n) for t in trees], dtype=torch.bool, device=dev)  # (B, n, n)
+    allowed = torch.cat([batch.valid[:, None, :].expand(B, n, S), block], dim=-1)  # (B, n, S + n) True = attend
     return feed, positions, mask_for_attention(allowed, batch.target.config._attn_implementation, batch.target.dtype)
-
-
-def tree_visibility(tree: DraftTree, n: int) -> torch.Tensor:
-    """(n, n) fed slot i sees fed slot j: the root, its ancestors and itself; padding slots see themselves."""
-    allowed = torch.eye(n, dtype=torch.bool)
-    size = len(tree) + 1
-    allowed[:size, :size] = tree_attention_mask(tree, 0, torch.float32, torch.device("cpu"), boolean=True)[0, 0]
-    return allowed
 
 
 def path_context(row: Row, tree: DraftTree, fed: int) -> torch.LongTensor:

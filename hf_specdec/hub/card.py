@@ -4,8 +4,9 @@ The one template is `drafter.md.j2` next to this module (package data, so wheels
 by drafter kind comes from the kind's registration (`KindCard`).
 
 The card records what a user needs to trust a drafter: the target it was trained for (`base_model`), usage for
-its kind, the measured tau / tokens per second / speedup from a `scripts/benchmark.py` benchmark.json, and the
-training recipe with figures from a `training_log.json`.
+its kind, the measured tau / tokens per second / speedup from a `scripts/benchmark.py` report (or the plain
+statement that it has none), and the training recipe with figures from the run's `training_log.json` and saved
+settings, including the settings the run clamped or adjusted. No local path survives (`Portable`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from pathlib import Path
 from huggingface_hub import ModelCard, ModelCardData
 
 from ..models.registry import KindCard, kind_for_model_type
+from .portable import Portable
+from .record import RunRecord, run_record
 
 TEMPLATE = "drafter.md.j2"
 HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -52,6 +55,27 @@ def read_json(source: str | os.PathLike | dict | None) -> dict | None:
     if source is None or isinstance(source, dict):
         return source
     return json.loads(Path(source).read_text(encoding="utf-8"))
+
+
+def read_benchmark(benchmark: str | os.PathLike | dict | None) -> dict | None:
+    """A `scripts/benchmark.py` report as a dict: given as one, as its benchmark.json, as its report folder, or as
+    its .md report (the benchmark.json beside it is read). ValueError when none is there."""
+    if benchmark is None or isinstance(benchmark, dict):
+        return benchmark
+    path = Path(benchmark)
+    if path.is_dir():
+        candidates = [path / "benchmark.json"]
+    elif path.suffix == ".md":
+        candidates = [path.with_suffix(".json"), path.with_name("benchmark.json")]
+    else:
+        candidates = [path]
+    found = next((c for c in candidates if c.is_file()), None)
+    if found is None:
+        raise ValueError(
+            f"benchmark {str(benchmark)!r}: no {' or '.join(str(c) for c in candidates)}; pass the folder "
+            "scripts/benchmark.py wrote (--out-dir), its benchmark.json or its benchmark.md."
+        )
+    return json.loads(found.read_text(encoding="utf-8"))
 
 
 def _number(value, digits: int = 2) -> str:
@@ -118,6 +142,7 @@ def training_summary(log: dict) -> dict:
         "device": log.get("device"),
         "dtype": log.get("dtype"),
         "resumed": log.get("resumed", False),
+        "objective": log.get("objective"),
     }
 
 
@@ -144,22 +169,30 @@ def render_card(
     *,
     target_id: str,
     target_revision: str | None = None,
+    benchmark: str | os.PathLike | dict | None = None,
     benchmark_json: str | os.PathLike | dict | None = None,
     training_log: str | os.PathLike | dict | None = None,
     recipe: str | None = None,
     license: str = "apache-2.0",
+    record: RunRecord | None = None,
+    portable: Portable | None = None,
 ) -> ModelCard:
     """The model card (README.md) of the drafter saved in `folder`, to be published as `repo_id`.
 
     Args:
-        folder: a saved drafter (its config.json is read; TRAINING.md and loss.png are linked when present).
+        folder: a saved drafter (its config.json is read). Its run record (`run_record`: TRAINING.md, loss.png,
+            training_log.json and saved settings, in the folder or its run folder) fills the Training section.
         repo_id: the Hub id the drafter will have (used in the usage snippet).
         target_id: Hub id of the target model (`base_model`); a local path is refused.
         target_revision: the target's revision the drafter was trained on, if pinned.
-        benchmark_json: a benchmark.json of `scripts/benchmark.py` (path or dict): the results table.
-        training_log: a training_log.json of the training scripts (path or dict): the training figures.
+        benchmark: a `scripts/benchmark.py` report (its folder, benchmark.json or benchmark.md, or a dict): the
+            Measured section; without one the card says it has no measured results.
+        benchmark_json: the former name of `benchmark`.
+        training_log: a training_log.json of the training scripts (path or dict); default: the run record's.
         recipe: the command that trained the drafter.
-        license: license id of the drafter weights.
+        license: license id of the drafter weights (a Hub license id such as "apache-2.0", "mit", "other").
+        record: the run record; default `run_record(folder)`.
+        portable: how local paths are rewritten; default: the target's local folder becomes `target_id`.
     """
     if not is_hub_id(target_id):
         raise ValueError(
@@ -170,8 +203,14 @@ def render_card(
     config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     model_type = config.get("model_type", "hf_specdec_block_drafter")
     class_name, card = kind_card(model_type)
-    benchmark, log = read_json(benchmark_json), read_json(training_log)
-    return ModelCard.from_template(
+    record = record if record is not None else run_record(folder)
+    benchmark = read_benchmark(benchmark if benchmark is not None else benchmark_json)
+    log = read_json(training_log) if training_log is not None else record.log
+    portable = portable or Portable(known={str(config.get("target_name_or_path") or ""): target_id})
+    bench = benchmark_summary(benchmark) if benchmark else None
+    if bench and bench["command"]:
+        bench["command"] = portable.text(bench["command"])
+    card = ModelCard.from_template(
         card_metadata(config, target_id, target_revision, license),
         template_path=str(template_path()),
         model_name=repo_id.split("/")[-1],
@@ -186,12 +225,15 @@ def render_card(
         block_size=config.get("block_size", 0),
         target_layer_ids=config.get("target_layer_ids") or [],
         results=results_rows(benchmark) if benchmark else [],
-        bench=benchmark_summary(benchmark) if benchmark else None,
+        bench=bench,
         training=training_summary(log) if log else None,
-        recipe=recipe,
-        has_training_md=(folder / "TRAINING.md").is_file(),
-        has_loss_png=(folder / "loss.png").is_file(),
+        recipe=portable.text(recipe) if recipe else None,
+        settings=portable.json(record.told_settings()),
+        adjustments=[portable.text(s) for s in RunRecord(log=log, settings=record.settings).adjustments],
+        has_training_md=record.training_md is not None,
+        has_loss_png=record.loss_png is not None,
     )
+    return ModelCard(portable.text(card.content))
 
 
-__all__ = ["is_hub_id", "render_card", "template_path"]
+__all__ = ["is_hub_id", "read_benchmark", "render_card", "template_path"]

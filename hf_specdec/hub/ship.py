@@ -21,10 +21,12 @@ import shutil
 from pathlib import Path
 
 import torch
+from huggingface_hub import HfApi
 
 from ..models.block_drafter import BlockDrafter
 from ..models.loading import load_drafter
-from .card import is_hub_id
+from .card import is_hub_id, read_benchmark
+from .portable import Portable
 from .publish import publish_drafter, resolve_target
 
 LIMIT = 64 * 2**20  # bytes of model.safetensors (or the adapter) a shipped drafter may take
@@ -88,9 +90,11 @@ def write_plot(losses: list[list[float]], path: Path) -> bool:
     return True
 
 
-def training_log(state: dict, data: dict, tokens: int) -> dict:
-    """The run's figures, from its trainer state and data index: what TRAINING.md reports and the card shows."""
+def training_log(state: dict, data: dict, tokens: int, adjustments: list[str] = ()) -> dict:
+    """The run's figures, from its trainer state and data index: what TRAINING.md reports and the card shows;
+    `adjustments`: the sentences on settings the run clamped or adjusted."""
     return {
+        "adjustments": list(adjustments),
         "steps": state["step"],
         "train_seconds": state["elapsed_s"],
         "supervised_tokens": state["supervised_tokens"],
@@ -128,6 +132,7 @@ def training_record(name: str, command: str, source: Path, log: dict, drafter: B
         f"- drafter: {describe(drafter, size)}\n"
         f"- loss: first 20 steps {sum(head) / len(head):.3f}, "
         f"last 20 steps {sum(tail) / len(tail):.3f}\n"
+        + "".join(f"- adjusted: {sentence}\n" for sentence in log.get("adjustments", []))
     )
 
 
@@ -179,7 +184,9 @@ def ship_drafter(
     push_to_hub: str | None = None,
     target_id: str | None = None,
     target_revision: str | None = None,
+    benchmark: str | Path | None = None,
     benchmark_json: str | Path | None = None,
+    license: str = "apache-2.0",
     drafters_dir: str | Path = "drafters",
     dry_run: bool = False,
     draft_vocab_size: int | None = None,
@@ -192,7 +199,8 @@ def ship_drafter(
             adapter/ holds a drafter config (PARD) ships that adapter with its config instead of full weights.
         decoding: decode-time default saved with the drafter (DecodingSettings fields); default: the replaced one's.
         push_to_hub: also publish the folder to this Hub repo with a model card (`publish_drafter`).
-        target_id, target_revision, benchmark_json: for the card, see `publish_drafter`.
+        target_id, target_revision, benchmark, license: for the card, see `publish_drafter` (`benchmark`: the
+            folder scripts/benchmark.py wrote, or its benchmark.json / benchmark.md; `benchmark_json`: former name).
         dry_run: with `push_to_hub`, print the files that would be published instead of publishing them.
         draft_vocab_size: score only the first N token ids (and EOS) with the drafter's head: BPE vocabularies rank
             ids by merge frequency, so this keeps the common tokens and cuts the head's cost (lossless).
@@ -204,13 +212,16 @@ def ship_drafter(
     drafters_dir, run = Path(drafters_dir), Path(run)
     out = check_name(name, drafters_dir)
     if push_to_hub and not is_hub_id(push_to_hub):
-        raise ValueError(f"push_to_hub {push_to_hub!r} is not a Hub repo id; pass 'namespace/name'.")
+        raise ValueError(f"--push_to_hub {push_to_hub!r} is not a Hub repo id; pass 'namespace/name'.")
+    benchmark = read_benchmark(benchmark if benchmark is not None else benchmark_json)  # a bad path fails now
     if (run / "adapter" / "config.json").exists():  # a drafter kind that ships as its adapter (PARD)
         source = run / "adapter"
     else:
         source = run / "drafter" if (run / "drafter" / "config.json").exists() else run / "checkpoint"
     state = json.loads((run / "checkpoint" / "trainer_state.json").read_text())
     data = json.loads((run / "data" / "index.json").read_text())
+    run_log = run / "training_log.json"
+    adjustments = json.loads(run_log.read_text()).get("adjustments", []) if run_log.is_file() else []
     drafter = load_drafter(source, dtype=torch.bfloat16)
     drafter.name_or_path = str(source)
     if draft_vocab_size is not None:  # the head scores the first N ids (BPE ids rank by frequency) and EOS
@@ -218,13 +229,17 @@ def ship_drafter(
         eos = getattr(lm_config, "eos_token_id", None)
         extra = [eos] if isinstance(eos, int) else list(eos or [])
         drafter.set_draft_vocab(torch.cat([torch.arange(draft_vocab_size), torch.tensor(extra, dtype=torch.long)]))
+    hub_target = target_id
     if push_to_hub:  # refuse before replacing the folder if the card could not name the target
-        resolve_target(drafter.config.to_dict(), target_id)
+        hub_target = resolve_target(drafter.config.to_dict(), target_id)
+    local_target = drafter.config.to_dict().get("target_name_or_path")
+    known = {str(local_target): hub_target} if local_target and hub_target else {}
+    command = Portable(known=known).text(command)  # TRAINING.md names no local path either
     staging = drafters_dir / f".{name}.staging"  # names of the form NAME never start with a dot
     shutil.rmtree(staging, ignore_errors=True)
     try:
         size = save_drafter(drafter, staging, decoding, previous=out)
-        log = training_log(state, data, data_tokens(run / "data"))
+        log = training_log(state, data, data_tokens(run / "data"), adjustments)
         plotted = write_plot(log["losses"], staging / "loss.png")
         record = training_record(name, command, source, log, drafter, size)
         (staging / "TRAINING.md").write_text(record + ("\n![loss](loss.png)\n" if plotted else ""))
@@ -239,15 +254,17 @@ def ship_drafter(
             push_to_hub,
             target_id=target_id,
             target_revision=target_revision,
-            benchmark_json=benchmark_json,
+            benchmark=benchmark,
             training_log=log,
             recipe=command,
+            license=license,
             dry_run=dry_run,
         )
         if dry_run:
             print(f"would publish {out} to {push_to_hub}: {', '.join(sent)}")
         else:
-            print(f"published {out} to {push_to_hub} at revision {sent}")
+            url = f"{HfApi().endpoint}/{push_to_hub}/tree/{sent}"
+            print(f"published {out} to {push_to_hub} at revision {sent}: {url}")
     return out
 
 

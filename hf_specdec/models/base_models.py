@@ -18,13 +18,19 @@ def offline_models_dir() -> Path:
 
 
 def resolve_base_model(name: str | os.PathLike, relative_to: str | os.PathLike | None = None) -> str:
-    """A folder for `name` when one exists (as given, relative to `relative_to`, or an offline model), else `name`
-    unchanged (a Hub id for `from_pretrained`)."""
+    """A folder for `name` when one exists, else `name` unchanged (a Hub id for `from_pretrained`). Looked for: as
+    given; relative to `relative_to` (the folder that records it) or a folder above it (where training ran); as an
+    offline model; and, for an offline model's folder on another machine (.../hf_specdec/models/NAME), as the
+    offline model NAME here."""
     name = str(name)
-    candidates = [Path(name).expanduser()]
-    if relative_to is not None:
-        candidates.append(Path(relative_to) / name)
+    given = Path(name).expanduser()
+    candidates = [given]
+    if relative_to is not None and not given.is_absolute():
+        here = Path(relative_to).resolve()
+        candidates += [here / name] + [parent / name for parent in here.parents]
     candidates.append(offline_models_dir() / name)
+    if given.is_absolute() and given.parent.parts[-2:] == ("hf_specdec", "models"):
+        candidates.append(offline_models_dir() / given.name)
     for folder in candidates:
         if (folder / "config.json").is_file():
             return str(folder)

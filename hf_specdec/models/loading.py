@@ -1,6 +1,16 @@
 """Load any hf_specdec drafter by what its checkpoint says it is: a registered kind, a published DFlash
 checkpoint, or a LoRA adapter folder (peft, safetensors only) over a base drafter. A PARD folder holds its kind's
-config next to its adapter; that kind loads base + adapter itself."""
+config next to its adapter; that kind loads base + adapter itself. A Hub repo holding an adapter is downloaded
+whole and loaded as a folder.
+
+`import hf_specdec` first: it registers the drafter kinds with transformers. `transformers.AutoModel` alone does
+not know their model types and suggests upgrading transformers, which does not help.
+
+An adapter's base (`base_model_name_or_path` in adapter_config.json) is found wherever the adapter is
+(`adapter_base`): as an absolute folder, relative to the adapter folder (how hf_specdec saves it), relative to the
+working directory or to a folder above the adapter (where older runs' training ran), as an offline model name, else
+as a Hub id.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +18,11 @@ import json
 import os
 from pathlib import Path
 
+from huggingface_hub import hf_hub_download, snapshot_download
 from peft import PeftModel
 from transformers import AutoConfig, PreTrainedModel
 
+from .base_models import offline_models_dir
 from .block_drafter import BlockDrafter
 from .registry import kind_for_model_type
 
@@ -19,11 +31,16 @@ _HUB_KWARGS = ("revision", "cache_dir", "token", "local_files_only", "subfolder"
 
 
 def load_drafter(name_or_path: str | os.PathLike, **kwargs) -> PreTrainedModel:
-    """`from_pretrained` of the drafter kind the checkpoint's `model_type` names.
+    """`from_pretrained` of the drafter kind the checkpoint's `model_type` names: a folder or a Hub id.
+
+    Call it after `import hf_specdec` (`hf_specdec.load_drafter` does so): that import registers the drafter kinds;
+    `transformers.AutoModel.from_pretrained(folder)` works too after it, never without it.
 
     Checkpoints in the published z-lab DFlash layout (their config names the target's model type) load as a
-    `BlockDrafter`, which converts them. A local LoRA adapter folder (adapter_config.json) loads its base drafter
-    with the adapter merged.
+    `BlockDrafter`, which converts them. A LoRA adapter (adapter_config.json), in a folder or a Hub repo, loads its
+    base drafter with the adapter merged; the base is found from any working directory (`adapter_base`). Without
+    `dtype` the drafter keeps the dtype it was saved in, and runs so next to a target of another dtype;
+    `dtype=target.dtype` loads it in the target's.
     """
     return _load_drafter(name_or_path, (), kwargs)
 
@@ -31,6 +48,7 @@ def load_drafter(name_or_path: str | os.PathLike, **kwargs) -> PreTrainedModel:
 def _load_drafter(name_or_path, chain: tuple[str, ...], kwargs: dict) -> PreTrainedModel:
     """`load_drafter`; `chain`: the adapter folders whose bases are being loaded, outermost first."""
     hub = {k: kwargs[k] for k in _HUB_KWARGS if k in kwargs}
+    name_or_path = _adapter_snapshot(name_or_path, hub) or name_or_path
     try:
         model_type = AutoConfig.from_pretrained(name_or_path, **hub).model_type
     except (OSError, ValueError, KeyError):
@@ -43,6 +61,42 @@ def _load_drafter(name_or_path, chain: tuple[str, ...], kwargs: dict) -> PreTrai
 
 def is_adapter(folder: str | os.PathLike) -> bool:
     return os.path.isfile(os.path.join(folder, ADAPTER_CONFIG))
+
+
+def _adapter_snapshot(name: str | os.PathLike, hub: dict) -> str | None:
+    """The local download of the Hub repo `name` when it holds an adapter (its base is then found as for a folder);
+    None for a local path or a repo without one."""
+    if os.path.exists(name) or "subfolder" in hub:
+        return None
+    try:
+        hf_hub_download(str(name), ADAPTER_CONFIG, **hub)
+    except Exception:  # not a repo id, no adapter there, or no network: load it as transformers would
+        return None
+    return snapshot_download(str(name), **{k: v for k, v in hub.items() if k != "subfolder"})
+
+
+def adapter_base(folder: str | os.PathLike, name: str) -> str:
+    """Where the base `name` recorded in `folder`'s adapter_config.json is: an absolute folder; a folder relative to
+    the adapter folder (as hf_specdec saves it); relative to the working directory or to a folder above the
+    adapter (older runs recorded it relative to where training ran); an offline model; else `name` as a Hub id.
+    ValueError, naming each place looked at, when `name` is a path that is in none of them."""
+    here = Path(folder).resolve()
+    relative = Path(os.path.expanduser(name))
+    tried = [relative] if relative.is_absolute() else [here / relative, Path.cwd() / relative]
+    if not relative.is_absolute():
+        tried += [parent / relative for parent in here.parents]
+        tried.append(offline_models_dir() / relative)
+    for candidate in tried:
+        if (candidate / "config.json").is_file() or (candidate / ADAPTER_CONFIG).is_file():
+            return str(candidate)
+    if relative.is_absolute() or name.startswith((".", "~")) or name.count("/") != 1:
+        raise ValueError(
+            f"the base drafter {name!r} of the LoRA adapter in {folder} is not there (looked in "
+            f"{', '.join(str(t) for t in tried[:4])}{', ...' if len(tried) > 4 else ''}). Copy the base drafter "
+            f"beside the adapter, set base_model_name_or_path in {Path(folder) / ADAPTER_CONFIG} to its folder "
+            "(relative to the adapter folder) or Hub id, or pass it: load_adapter(folder, base=drafter)."
+        )
+    return name
 
 
 def load_adapter(folder: str | os.PathLike, base: PreTrainedModel | None = None, **kwargs) -> PreTrainedModel:
@@ -68,8 +122,19 @@ def _load_adapter(folder, base: PreTrainedModel | None, chain: tuple[str, ...], 
         name = json.loads((Path(folder) / ADAPTER_CONFIG).read_text()).get("base_model_name_or_path")
         if not name:
             raise ValueError(f"{folder} is a LoRA adapter without base_model_name_or_path; pass the base drafter")
-        base = _load_drafter(name, (*chain, here), kwargs)
+        where = adapter_base(folder, name)
+        try:
+            base = _load_drafter(where, (*chain, here), kwargs)
+        except OSError as err:
+            if where != name:  # a folder that was found but does not load: its own error says why
+                raise
+            raise ValueError(
+                f"the base drafter {name!r} of the LoRA adapter in {folder} is neither a folder (relative to the "
+                f"adapter folder, the working directory or a folder above the adapter) nor a loadable Hub repo "
+                f"({err}). Set base_model_name_or_path in {Path(folder) / ADAPTER_CONFIG} to the base's folder "
+                "(relative to the adapter folder) or Hub id, or pass it: load_adapter(folder, base=drafter)."
+            ) from err
     return PeftModel.from_pretrained(base, str(folder)).merge_and_unload()
 
 
-__all__ = ["ADAPTER_CONFIG", "is_adapter", "load_adapter", "load_drafter"]
+__all__ = ["ADAPTER_CONFIG", "adapter_base", "is_adapter", "load_adapter", "load_drafter"]

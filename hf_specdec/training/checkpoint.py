@@ -27,6 +27,8 @@ MAY_CHANGE_ON_RESUME: dict[str, str] = {
     "push_to_hub": "publishing after training",
     "hub_target_id": "publishing after training (the card's base_model)",
     "hub_target_revision": "publishing after training (the card's base_model revision)",
+    "license": "publishing after training (the card's license)",
+    "benchmark": "publishing after training (the card's measured section)",
 }
 
 

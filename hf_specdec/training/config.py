@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
+
+if TYPE_CHECKING:
+    from transformers import HfArgumentParser
 
 
 @dataclass
@@ -14,6 +17,12 @@ class DrafterTrainingConfig:
     """
 
     script: ClassVar[str] = "scripts/train_drafter.py"  # the command line that parses this class (recipes, cards)
+    # help of the `--no_<name>` flag of each boolean that defaults to True (`argument_parser`)
+    negative_help: ClassVar[dict[str, str]] = {
+        "continue_prompts": "teacher-force the corpus' own texts instead of target continuations (fast on a CPU; "
+        "pair with --label_source target_argmax)",
+        "resume": "start afresh even if output_dir/checkpoint holds a checkpoint (it is overwritten at the first save)",
+    }
 
     target: str = field(metadata={"help": "target model folder or Hub id (frozen during training)"})
     output_dir: str = field(metadata={"help": "where checkpoints and the final drafter go"})
@@ -39,8 +48,8 @@ class DrafterTrainingConfig:
     continue_prompts: bool = field(
         default=True,
         metadata={
-            "help": "target-generated continuations of corpus prompts (best); False: teacher-force the "
-            "corpus' own texts (fast on a CPU, pair with label_source=target_argmax)"
+            "help": "train on the target's own continuations of the corpus prompts (the data drafters accept "
+            "best); see --no_continue_prompts"
         },
     )
     label_source: str = field(
@@ -71,7 +80,10 @@ class DrafterTrainingConfig:
     seed: int = field(default=0, metadata={"help": "seeds data order, anchors and init; resume is exact"})
     dtype: str = field(default="auto", metadata={"help": "target dtype: auto (bf16 on CUDA and CPU), float32"})
     device: str = field(default="auto", metadata={"help": "auto, cpu or cuda"})
-    resume: bool = field(default=True, metadata={"help": "continue from output_dir/checkpoint when present"})
+    resume: bool = field(
+        default=True,
+        metadata={"help": "continue from output_dir/checkpoint when there is one; see --no_resume"},
+    )
     target_quantization: str | None = field(
         default=None, metadata={"help": "load the frozen target in 8bit or 4bit with bitsandbytes (saves memory)"}
     )
@@ -93,6 +105,16 @@ class DrafterTrainingConfig:
         default=None, metadata={"help": "the target's Hub id for the card's base_model (needed for a local target)"}
     )
     hub_target_revision: str | None = field(default=None, metadata={"help": "the target's Hub revision, if pinned"})
+    license: str = field(
+        default="apache-2.0", metadata={"help": "license of the published drafter (a Hub license id, e.g. mit)"}
+    )
+    benchmark: str | None = field(
+        default=None,
+        metadata={
+            "help": "benchmark report attached to the published card: a scripts/benchmark.py output folder or "
+            "its .md/.json file (without one the card says it has no measurements)"
+        },
+    )
     nonfinite: str = field(
         default="stop",
         metadata={
@@ -140,12 +162,12 @@ class DrafterTrainingConfig:
         if self.lora_rank and not self.lora_target_modules:
             raise ValueError("lora_target_modules is empty: name the drafter modules that get adapters")
         if self.push_to_hub is not None and self.push_to_hub.count("/") != 1:
-            raise ValueError(f"push_to_hub must be a Hub repo id 'org/name', got {self.push_to_hub!r}")
+            raise ValueError(f"--push_to_hub must be a Hub repo id 'org/name', got {self.push_to_hub!r}")
         if self.nonfinite not in ("stop", "skip"):
             raise ValueError(f"nonfinite must be stop or skip, got {self.nonfinite!r}")
         unknown = set(self.corpus) - {"sharegpt", "stdlib"}
         if unknown and self.data_file is None:
-            raise ValueError(f"unknown corpus {sorted(unknown)}; choose from sharegpt, stdlib or pass data_file")
+            raise ValueError(f"unknown --corpus {sorted(unknown)}; choose from sharegpt, stdlib or pass --data_file")
 
     def for_objective(self) -> DrafterTrainingConfig:
         """The config whose class picks the trainer: this one (`DistillationConfig` turns its `objective` into one)."""
@@ -293,6 +315,26 @@ OBJECTIVES: dict[str, type[DistillationConfig]] = {
 }
 
 
+def argument_parser(config_class: type[DrafterTrainingConfig], description: str | None = None) -> HfArgumentParser:
+    """The command line of `config_class`: HfArgumentParser (defaults shown, `description` kept as written), with
+    each `--no_<name>` flag's own help text from the class's `negative_help` (HfArgumentParser repeats the positive
+    flag's, which reads backwards)."""
+    import argparse
+
+    from transformers import HfArgumentParser
+
+    class Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+        pass
+
+    parser = HfArgumentParser(config_class, description=description, formatter_class=Formatter)
+    for action in parser._actions:  # argparse keeps no public list of a parser's arguments
+        negative = next((s[len("--no_") :] for s in action.option_strings if s.startswith("--no_")), None)
+        if negative is not None:
+            action.help = config_class.negative_help.get(negative, f"turn --{negative} off")
+            action.default = argparse.SUPPRESS  # no "(default: False)": the positive flag's default is the one
+    return parser
+
+
 __all__ = [
     "OBJECTIVES",
     "CorrectorTrainingConfig",
@@ -303,4 +345,5 @@ __all__ = [
     "PardTrainingConfig",
     "SequentialOPDConfig",
     "SpecOPDConfig",
+    "argument_parser",
 ]

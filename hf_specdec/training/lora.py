@@ -7,6 +7,7 @@ a DCOCO corrector, DBLAST mixture head or PARD feature projection (small, new) i
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -45,9 +46,18 @@ def add_lora(drafter: BlockDrafter, config: DrafterTrainingConfig, base_name_or_
 
 
 def save_adapter(model: PeftModel, folder: str | os.PathLike) -> Path:
-    """Adapter weights and config only (safetensors)."""
+    """Adapter weights and config only (safetensors). A base drafter that is a local folder is recorded relative to
+    `folder` (e.g. `../drafter`), so `load_drafter(folder)` finds it from any working directory and after the runs
+    folder moved."""
+    folder = Path(folder)
     model.save_pretrained(folder, safe_serialization=True)
-    return Path(folder)
+    config_file = folder / "adapter_config.json"
+    config = json.loads(config_file.read_text())
+    base = config.get("base_model_name_or_path")
+    if base and Path(base).expanduser().is_dir():
+        config["base_model_name_or_path"] = os.path.relpath(Path(base).expanduser().resolve(), folder.resolve())
+        config_file.write_text(json.dumps(config, indent=2, sort_keys=True))
+    return folder
 
 
 def merge_lora(model: PeftModel) -> BlockDrafter:

@@ -1,15 +1,66 @@
-"""Publishing a trained drafter to the Hub with a model card that records the run's command line."""
+"""Publishing a trained drafter to the Hub with a model card that records the run's command line: checked before
+training starts (`check_publishing`), done after it (`publish`)."""
 
 from __future__ import annotations
 
-from dataclasses import MISSING, fields
+import os
 from pathlib import Path
 
-from .config import DistillationConfig, DrafterTrainingConfig
+from .commands import recipe_command
+from .config import DrafterTrainingConfig
+
+NO_PUSH = "or leave out --push_to_hub and publish the saved drafter later (scripts/ship_drafter.py --push_to_hub)"
+
+
+def check_publishing(config: DrafterTrainingConfig) -> None:
+    """With `push_to_hub`: refuse (ValueError, naming the command-line flags) what would make publishing fail after
+    training: no Hub id of the target, a --benchmark that is not there, offline mode, no token, a token the Hub
+    refuses or a read-only one, an unreachable Hub. Asks the Hub who the token belongs to (one request)."""
+    if not config.push_to_hub:
+        return
+    from huggingface_hub import HfApi, constants, get_token
+
+    from ..hub.card import is_hub_id
+
+    target = config.hub_target_id or config.target
+    if not is_hub_id(target) or (config.hub_target_id is None and os.path.exists(config.target)):
+        given = f"--hub_target_id {config.hub_target_id!r}" if config.hub_target_id else f"--target {config.target!r}"
+        raise ValueError(
+            f"--push_to_hub needs the target's Hub id for the card's base_model, and {given} is not one: pass "
+            "--hub_target_id org/target-model (the Hub id of the model the drafter is trained for; "
+            "--hub_target_revision REV if it is pinned)."
+        )
+    if config.benchmark is not None and not Path(config.benchmark).exists():
+        raise ValueError(f"--benchmark {config.benchmark!r} does not exist: pass a benchmark output folder or file.")
+    if constants.HF_HUB_OFFLINE:
+        raise ValueError(
+            "--push_to_hub cannot publish in offline mode (HF_HUB_OFFLINE=1 is set): unset HF_HUB_OFFLINE, " + NO_PUSH
+        )
+    token = get_token()
+    if token is None:
+        raise ValueError(
+            "--push_to_hub needs a Hub token with write access: set HF_TOKEN or run `hf auth login`, " + NO_PUSH
+        )
+    api = HfApi()
+    try:
+        who = api.whoami(token=token)
+    except Exception as err:  # whichever HTTP client and error huggingface_hub uses; the token is not in the text
+        status = getattr(getattr(err, "response", None), "status_code", None)
+        if status in (401, 403):
+            problem = f"the Hub at {api.endpoint} refused the token (HTTP {status}): check HF_TOKEN / `hf auth login`"
+        else:
+            problem = (
+                f"the Hub at {api.endpoint} cannot be reached ({type(err).__name__}); check the network/HF_ENDPOINT"
+            )
+        raise ValueError(f"--push_to_hub {config.push_to_hub}: {problem}, " + NO_PUSH) from None
+    role = ((who.get("auth") or {}).get("accessToken") or {}).get("role")
+    if role == "read":
+        raise ValueError(f"--push_to_hub {config.push_to_hub}: the Hub token is read-only; use one with write access")
 
 
 def publish(config: DrafterTrainingConfig, drafter_dir: Path) -> str:
-    """Upload the trained drafter with a generated card (the local copy stays as it is, whatever happens)."""
+    """Upload the trained drafter with a generated card; the commit sha (the local copy stays as it is, whatever
+    happens)."""
     from ..hub import publish_drafter
 
     run = Path(config.output_dir)
@@ -20,21 +71,16 @@ def publish(config: DrafterTrainingConfig, drafter_dir: Path) -> str:
         target_revision=config.hub_target_revision,
         training_log=run / "training_log.json",
         recipe=recipe_command(config),
+        license=config.license,
+        benchmark=config.benchmark,
     )
 
 
-def recipe_command(config: DrafterTrainingConfig) -> str:
-    """The training command line of this run: its script and the settings that differ from the defaults of the
-    class that script parses (no secrets live in the config)."""
-    parsed = DistillationConfig if isinstance(config, DistillationConfig) else type(config)
-    defaults = {f.name: f.default_factory() if f.default_factory is not MISSING else f.default for f in fields(parsed)}
-    parts = [f"python {config.script}"]
-    for f in fields(config):
-        value = getattr(config, f.name)
-        if f.name in ("push_to_hub", "resume") or value == defaults.get(f.name, MISSING):
-            continue
-        parts.append(f"--{f.name} " + (" ".join(map(str, value)) if isinstance(value, list) else str(value)))
-    return " ".join(parts)
+def published_message(repo_id: str, revision: str) -> str:
+    """Where a push went: the repo id, the revision and its URL."""
+    from huggingface_hub import constants
+
+    return f"published to {repo_id} at revision {revision}: {constants.ENDPOINT}/{repo_id}/tree/{revision}"
 
 
-__all__ = ["publish", "recipe_command"]
+__all__ = ["check_publishing", "publish", "published_message", "recipe_command"]

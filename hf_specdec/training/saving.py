@@ -14,7 +14,8 @@ from .trainer import DrafterTrainer
 def training_log(trainer: DrafterTrainer, resumed: bool) -> dict:
     """What training_log.json records, for every objective: whether the run resumed, its objective, steps and time;
     every counter (`COUNTERS`; supervised_tokens under the trainer's `supervised_key`); the data and the trained
-    parameters; the trainer's own figures (`log_extras`); the loss curve; the target's device and dtype."""
+    parameters; the trainer's own figures (`log_extras`); the loss curve; the target's device and dtype; and
+    `adjustments`, sentences on settings the run could not use as given (what was asked, what was used, why)."""
     state = trainer.state
     counters = {trainer.supervised_key if name == "supervised_tokens" else name: state[name] for name in COUNTERS}
     return {
@@ -31,6 +32,7 @@ def training_log(trainer: DrafterTrainer, resumed: bool) -> dict:
         "losses": state["losses"],
         "device": str(trainer.target.device),
         "dtype": str(trainer.target.dtype),
+        "adjustments": list(trainer.adjustments),
     }
 
 
@@ -39,11 +41,13 @@ def save_drafter(config: DrafterTrainingConfig, trainer: DrafterTrainer, adapter
     to output_dir/adapter and the merged drafter to output_dir/drafter."""
     drafter, out = trainer.drafter, Path(config.output_dir) / "drafter"
     if adapters is not None:
+        from ..hub.adapter_card import write_adapter_card
         from .lora import merge_lora, save_adapter
 
         save_adapter(adapters, Path(config.output_dir) / "adapter")
         if getattr(trainer, "adapter_folder_is_a_drafter", False):  # PARD: config + adapter load as a drafter
             drafter.save_adapter_folder(Path(config.output_dir) / "adapter")
+        write_adapter_card(Path(config.output_dir) / "adapter")  # our card, not peft's empty template
         drafter = merge_lora(adapters)
     drafter.requires_grad_(True)  # heads were trained with a frozen backbone; the saved model is whole
     drafter.to(trainer.target.dtype).save_pretrained(out)

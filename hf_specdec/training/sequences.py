@@ -62,15 +62,28 @@ def data_key(config: DrafterTrainingConfig, layer_ids: list[int]) -> dict:
     }
 
 
-def claim_folder(folder: Path, key: dict) -> None:
-    """Record `key` in `folder` (created if needed); refuse a folder holding data made with another key."""
+def claim_folder(folder: Path, key: dict, chosen: bool = False) -> None:
+    """Record `key` in `folder` (created if needed); refuse a folder holding data made with another key, naming the
+    settings that differ. `chosen`: the folder was passed as --data_dir (else it is output_dir/data)."""
     folder.mkdir(parents=True, exist_ok=True)
     key_file, index = folder / "key.json", folder / "index.json"
     saved = json.loads(key_file.read_text()) if key_file.exists() else None
     if index.exists() and saved is None:
         saved = json.loads(index.read_text()).get("key")
     if saved is not None and saved != key:
-        raise ValueError(f"{folder} holds data made with other settings ({saved}); use another output_dir")
+        differ = [name for name in {**saved, **key} if saved.get(name, "<absent>") != key.get(name, "<absent>")]
+        lines = "\n".join(f"  {n}: {saved.get(n, '<absent>')!r} there, {key.get(n, '<absent>')!r} now" for n in differ)
+        if chosen:
+            advice = (
+                "To reuse this data, pass the values it was made with; for new data, point --data_dir at another "
+                "folder (or leave it out: the data then goes to output_dir/data)."
+            )
+        else:
+            advice = (
+                "This output_dir holds an earlier run made with other data settings: pass the values it was made "
+                "with to continue that run, or use another --output_dir for a new run."
+            )
+        raise ValueError(f"{folder} holds data made with other settings:\n{lines}\n{advice}")
     key_file.write_text(json.dumps(key))
 
 
@@ -90,7 +103,7 @@ def sequence_items(config: DrafterTrainingConfig, target, tokenizer, folder: Pat
 def prepare_sequences(config: DrafterTrainingConfig, target, tokenizer, layer_ids: list[int]) -> list[TrainingSequence]:
     """Target continuations + features, computed once into output_dir/data (resumable) and reused afterwards."""
     folder, key = data_folder(config), data_key(config, layer_ids)
-    claim_folder(folder, key)
+    claim_folder(folder, key, chosen=config.data_dir is not None)
     index = folder / "index.json"
     if index.exists():
         return load_sequences(folder)
@@ -100,6 +113,36 @@ def prepare_sequences(config: DrafterTrainingConfig, target, tokenizer, layer_id
     )
     index.write_text(json.dumps({"sequences": len(sequences), "key": key}))
     return sequences
+
+
+def data_adjustments(config: DrafterTrainingConfig, sequences: list[TrainingSequence]) -> list[str]:
+    """Sentences on what the data source gave fewer of than asked (prompts the corpora did not supply, items left
+    with fewer than 2 tokens to supervise within max_length), with the reasons; [] when all was used."""
+    items_file = data_folder(config) / "items.json"
+    if not items_file.exists():
+        return []
+    items = json.loads(items_file.read_text())
+    asked = f"--num_prompts {config.num_prompts}" if config.data_file is None else f"--data_file {config.data_file}"
+    notes = []
+    if config.data_file is None and len(items) < config.num_prompts:
+        notes.append(
+            f"{asked} asked, {len(items)} read: the corpora (--corpus {' '.join(config.corpus)}) gave only "
+            f"{len(items)} usable ones (ShareGPT conversations without a reply, or past the first 4000 scanned, "
+            "are skipped)."
+        )
+    if len(sequences) < len(items):
+        long = sum(1 for _, start in items if max(start, 1) > config.max_length - 2)
+        short = len(items) - len(sequences) - long
+        why = []
+        if long:
+            why.append(f"{long} with a prompt that fills --max_length {config.max_length} (raise it to keep them)")
+        if short:
+            why.append(f"{short} with fewer than 2 tokens after the prompt (an empty or one-token answer)")
+        notes.append(
+            f"{len(items)} items read ({asked}), {len(sequences)} used for training: the others leave fewer than 2 "
+            f"tokens to supervise: {'; '.join(why)}."
+        )
+    return notes
 
 
 def frequent_labels(sequences: list[TrainingSequence], n: int) -> torch.LongTensor:
@@ -116,6 +159,7 @@ def frequent_labels(sequences: list[TrainingSequence], n: int) -> torch.LongTens
 
 __all__ = [
     "claim_folder",
+    "data_adjustments",
     "data_folder",
     "data_key",
     "frequent_labels",

@@ -27,6 +27,7 @@ class SequentialOPDTrainer(SpecOPDTrainer):
     """Draft, verify, commit, supervise: `rollout_rounds` speculative steps per sequence per optimizer step."""
 
     objective = "sequential_opd"
+    loss_term_names = ()  # the loss is E2E-TV alone
 
     def sequence_loss(self, seq: TrainingSequence, rng: torch.Generator) -> tuple[torch.Tensor, int]:
         cfg, target, dev = self.config, self.target, self.device

@@ -13,6 +13,7 @@ The drafter's context features always come from the trunk (committed text), as a
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 
 import torch
@@ -54,9 +55,15 @@ def eos_ids(target: PreTrainedModel) -> torch.LongTensor:
 
 
 class SpecOPDTrainer(DrafterTrainer):
-    """`DrafterTrainer` with the SpecOPD loss; works for block, DCOCO and DBLAST drafters (full or LoRA)."""
+    """`DrafterTrainer` with the SpecOPD loss; works for block, DCOCO and DBLAST drafters (full or LoRA).
+
+    The loss is `e2e_tv + ce_weight * trunk_ce`; each term's mean over a step's sequences (this process's) is kept
+    by name in state["loss_terms"] ({name: [[step, value], ...]}, like the `losses` curve), shown in the progress bar
+    and written to training_log.json.
+    """
 
     objective = "specopd"
+    loss_term_names = ("e2e_tv", "trunk_ce")
 
     def __init__(self, config, target, drafter, sequences) -> None:
         super().__init__(config, target, drafter, sequences)
@@ -65,10 +72,28 @@ class SpecOPDTrainer(DrafterTrainer):
         self.policy = policy_for(drafter, self.embed, config.temperature, self.to_draft)
         self.eos = eos_ids(target)
         fix_lm_head_strides(target)  # the frozen head's slow CPU path on strided inputs (see lm_head_strides.py)
-        self.state["loss_terms"] = []  # per sequence: step, E2E-TV, trunk CE
+        self.state["loss_terms"] = {name: [] for name in self.loss_term_names}
+        self.step_terms: dict[str, list[float]] = {}  # the step under way: each term per sequence
 
     def log_extras(self) -> dict:
-        return {"loss_terms": self.state["loss_terms"]}
+        return {"loss_terms": named_loss_terms(self.state["loss_terms"], self.loss_term_names)}
+
+    def train_step(self) -> float:
+        self.step_terms = {name: [] for name in self.loss_term_names}
+        loss = super().train_step()
+        if math.isfinite(loss):  # a skipped step changed nothing: no terms either
+            if not isinstance(self.state["loss_terms"], dict):  # resumed from a checkpoint of unnamed terms
+                self.state["loss_terms"] = named_loss_terms(self.state["loss_terms"], self.loss_term_names)
+            for name, values in self.step_terms.items():
+                if values:
+                    curve = self.state["loss_terms"].setdefault(name, [])
+                    curve.append([self.state["step"] + 1, sum(values) / len(values)])
+        return loss
+
+    def loss_term_postfix(self) -> dict[str, str]:
+        step = self.state["step"]
+        terms = self.state["loss_terms"]
+        return {name: f"{curve[-1][1]:.3f}" for name, curve in terms.items() if curve and curve[-1][0] == step}
 
     @contextlib.contextmanager
     def timed(self, key: str):
@@ -111,8 +136,8 @@ class SpecOPDTrainer(DrafterTrainer):
         self.state["target_tokens"] += len(trees.input_ids)
         self.state["target_passes"] += 1
         self.state["branch_tokens"] += n * M * k
-        terms = [self.state["step"] + 1, float(e2e.detach()), float(ce.detach())]
-        self.state["loss_terms"].append(terms)
+        self.step_terms.setdefault("e2e_tv", []).append(float(e2e.detach()))
+        self.step_terms.setdefault("trunk_ce", []).append(float(ce.detach()))
         return e2e + cfg.ce_weight * ce, trees.supervised
 
     def teacher(self, trees) -> torch.Tensor:
@@ -136,6 +161,14 @@ class SpecOPDTrainer(DrafterTrainer):
         return probs.to(self.device)[where.to(self.device)]
 
 
+def named_loss_terms(terms: dict | list, names: tuple[str, ...]) -> dict[str, list]:
+    """{name: [[step, value], ...]}; a checkpoint from before terms had names ([step, e2e_tv, trunk_ce] per sequence)
+    is read as that."""
+    if isinstance(terms, dict):
+        return {name: list(terms.get(name, [])) for name in names}
+    return {name: [[row[0], row[i + 1]] for row in terms] for i, name in enumerate(names)}
+
+
 def policy_for(drafter, embed: torch.nn.Module, temperature: float, to_draft: torch.Tensor):
     """The on-policy strategy of `drafter`'s kind (the registry's `policy_class`)."""
     kind = kind_of(drafter)
@@ -147,4 +180,4 @@ def policy_for(drafter, embed: torch.nn.Module, temperature: float, to_draft: to
     return kind.policy_class(drafter, embed, temperature, to_draft)
 
 
-__all__ = ["SpecOPDTrainer", "eos_ids", "policy_for", "teacher_probs"]
+__all__ = ["SpecOPDTrainer", "eos_ids", "named_loss_terms", "policy_for", "teacher_probs"]

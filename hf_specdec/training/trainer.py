@@ -29,9 +29,11 @@ from .checkpoint import (
     run_arguments,
     save_checkpoint,
 )
+from .commands import resume_command
 from .config import DrafterTrainingConfig
 from .counters import zero_counters
 from .data import TrainingSequence
+from .interrupts import StopAtStepEnd, TrainingInterrupted
 from .losses import default_gamma, dflash_decayed_cross_entropy
 from .packing import pack_blocks, sample_anchors
 
@@ -51,9 +53,12 @@ class DrafterTrainer:
     written from finite weights, stays; with "skip" the step is logged, recorded in state["skipped_steps"] and the run
     goes on.
 
+    Ctrl-C (SIGINT) lets the step under way finish, writes a checkpoint of it and raises `TrainingInterrupted`
+    with the command that resumes (a second Ctrl-C stops at once); a KeyboardInterrupt raised otherwise is a crash.
+
     What `hf_specdec.training.run.run` asks of a trainer class: `build_drafter` (the drafter it trains), `for_run`
-    (the trainer, with any data of its own), `objective` and `supervised_key` (names in the training log) and
-    `log_extras` (figures of its own for the log).
+    (the trainer, with any data of its own), `objective` and `supervised_key` (names in the training log),
+    `log_extras` (figures of its own for the log) and `loss_term_postfix` (named loss terms for the progress bar).
     """
 
     objective: ClassVar[str] = "dflash"
@@ -128,9 +133,14 @@ class DrafterTrainer:
             self.step_loss = Accelerator(cpu=cpu).prepare_model(self.step_loss)
         self.state = {"step": 0, "losses": [], "elapsed_s": 0.0, "skipped_steps": [], **zero_counters()}
         self.state["arguments"] = run_arguments(config)  # saved with every checkpoint: what a resume must match
+        self.adjustments: list[str] = []  # settings the run could not use as given, as sentences (training_log.json)
 
     def log_extras(self) -> dict:
         """Figures of this trainer's own for training_log.json (next to the counters every trainer keeps)."""
+        return {}
+
+    def loss_term_postfix(self) -> dict[str, str]:
+        """The last step's named loss terms for the progress bar (none: the loss is one term)."""
         return {}
 
     def learning_rate(self, step: int) -> float:
@@ -232,7 +242,7 @@ class DrafterTrainer:
             raise ValueError(
                 f"cannot resume {self.checkpoint_dir}: it was written with other arguments, which would change the "
                 "result:\n  " + "\n  ".join(changes) + "\nRun again with the checkpoint's arguments, or start afresh "
-                "in a new output_dir (or with resume=False, which overwrites this checkpoint). Arguments that may "
+                "in a new --output_dir (or with --no_resume, which overwrites this checkpoint). Arguments that may "
                 "change on resume: " + ", ".join(sorted(MAY_CHANGE_ON_RESUME)) + " (num_steps may only grow)."
             )
 
@@ -267,22 +277,44 @@ class DrafterTrainer:
             unit="step",
             disable=not self.processes.is_main_process,
         )
-        while self.state["step"] < self.config.num_steps:
-            start = time.perf_counter()
-            loss = self.train_step()
-            self.state["step"] += 1
-            self.state["elapsed_s"] += time.perf_counter() - start
-            if math.isfinite(loss):
-                self.state["losses"].append([self.state["step"], loss])
-            bar.update(1)
-            bar.set_postfix(loss=f"{loss:.3f}")
-            step = self.state["step"]
-            if step % self.config.save_every == 0 or step == self.config.num_steps:
-                self.save()
-            if on_step_end is not None:
-                on_step_end(step, loss)
+        with StopAtStepEnd() as interrupt:
+            while self.state["step"] < self.config.num_steps:
+                start = time.perf_counter()
+                loss = self.train_step()
+                self.state["step"] += 1
+                self.state["elapsed_s"] += time.perf_counter() - start
+                if math.isfinite(loss):
+                    self.state["losses"].append([self.state["step"], loss])
+                bar.update(1)
+                bar.set_postfix(loss=f"{loss:.3f}", **self.loss_term_postfix())
+                step = self.state["step"]
+                saved = step % self.config.save_every == 0 or step == self.config.num_steps
+                if saved:
+                    self.save()
+                if on_step_end is not None:
+                    on_step_end(step, loss)
+                if step < self.config.num_steps and self.stop_requested(interrupt):
+                    bar.close()
+                    if not saved:
+                        self.save()
+                    raise self.interrupted()
         bar.close()
         return self.state
+
+    def stop_requested(self, interrupt: StopAtStepEnd) -> bool:
+        """Whether Ctrl-C was pressed in any process (all of them then stop after the same step)."""
+        if self.processes.num_processes == 1:
+            return interrupt.requested
+        flag = torch.tensor([float(interrupt.requested)], device=self.processes.device)
+        return bool(reduce(flag, reduction="sum").item() > 0)
+
+    def interrupted(self) -> TrainingInterrupted:
+        """The stop after a Ctrl-C: what was kept and the command that resumes."""
+        step, total = self.state["step"], self.config.num_steps
+        return TrainingInterrupted(
+            f"stopped at step {step} of {total} (Ctrl-C); checkpoint written to {self.checkpoint_dir}. "
+            f"Resume with:\n  {resume_command(self.config, self.processes.num_processes)}"
+        )
 
 
 class StepLoss(nn.Module):

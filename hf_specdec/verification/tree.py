@@ -171,6 +171,22 @@ def conditional_best_first_tree(
     return tree
 
 
+def visibility_rows(tree: DraftTree, n: int | None = None) -> list[list[bool]]:
+    """(n, n) as host lists (n defaults to N + 1): row r (0 = root, i + 1 = node i) sees the root, its ancestors and
+    itself; rows past the tree (padding) see only themselves. Built in Python, turned into a tensor once: per-node
+    tensor writes would cost one small op each."""
+    size = len(tree) + 1
+    n = size if n is None else n
+    rows = [[False] * n for _ in range(n)]
+    rows[0][0] = True
+    for i, p in enumerate(tree.parents):
+        rows[i + 1] = rows[p + 1].copy()
+        rows[i + 1][i + 1] = True
+    for r in range(size, n):
+        rows[r][r] = True
+    return rows
+
+
 def tree_attention_mask(
     tree: DraftTree, prefix_len: int, dtype: torch.dtype, device: torch.device, boolean: bool
 ) -> torch.Tensor:
@@ -180,11 +196,7 @@ def tree_attention_mask(
     eager attention needs (a bool mask there is silently wrong).
     """
     n = len(tree) + 1
-    allowed = torch.zeros(n, n, dtype=torch.bool)  # (N + 1, N + 1) row attends to column
-    allowed[0, 0] = True
-    for i, p in enumerate(tree.parents):
-        allowed[i + 1] = allowed[p + 1]
-        allowed[i + 1, i + 1] = True
+    allowed = torch.tensor(visibility_rows(tree), dtype=torch.bool)  # (N + 1, N + 1) row attends to column
     allowed = torch.cat([torch.ones(n, prefix_len, dtype=torch.bool), allowed], dim=1)[None, None].to(device)
     if boolean:
         return allowed
@@ -236,4 +248,5 @@ __all__ = [
     "mask_for_attention",
     "tree_attention_mask",
     "tree_position_ids",
+    "visibility_rows",
 ]
