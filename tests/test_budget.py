@@ -244,3 +244,19 @@ def test_a_due_probe_is_skipped_where_the_models_say_drafting_cannot_pay():
         budget = Budget(costs, acceptance)
         assert budget.drafting(16) is probes
         assert acceptance.schedule[16] == ([0, 8] if probes else [8, 16])
+
+
+def test_a_depth_never_verified_takes_the_rate_of_the_deepest_depth_seen():
+    """Lookup nodes the budget cut never gain evidence; valued by the prior they would stay cut. A copy run accepts
+    about as often deep as shallow, so an unseen depth borrows the deepest seen depth's rate."""
+    from hf_specdec.verification.tree import DraftTree
+
+    model = AcceptanceModel()
+    tree = DraftTree()
+    tree.add_chain([5, 6], merge=False)
+    tree.copying = True
+    for _ in range(30):
+        model.record(tree, [0, 1])  # two copying lookup nodes, always accepted
+    assert model.rate("copying", 2) > 0.9
+    assert model.rate("copying", 9) == model.rate("copying", 2)
+    assert model.rate("lookup", 3) == pytest.approx(0.3)  # no evidence at all: the prior

@@ -61,8 +61,15 @@ class AcceptanceModel:
                 c.expected += q
 
     def rate(self, kind: str, depth: int) -> float:
-        """Accepted / tried at `depth` for nodes of `kind`, with one prior pseudo-node."""
-        c = self.counts[kind].get(depth, DepthCounts())
+        """Accepted / tried at `depth` for nodes of `kind`, with one prior pseudo-node. A depth with no evidence yet
+        (under one node tried) takes the rate of the deepest shallower depth that has some: nodes the budget never
+        verified would otherwise keep the prior forever and, valued by it, never be verified (a copy run of the
+        lookup branch accepts about as often at depth 9 as at depth 2)."""
+        table = self.counts[kind]
+        c = table.get(depth)
+        if c is None or c.tried < 1.0:
+            known = [d for d, x in table.items() if d < depth and x.tried >= 1.0]
+            c = table[max(known)] if known else (c or DepthCounts())
         return (c.accepted + PRIOR_RATE[kind]) / (c.tried + 1.0)
 
     def calibration(self, depth: int) -> float:
