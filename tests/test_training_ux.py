@@ -134,6 +134,9 @@ def test_a_push_says_where_it_went_and_carries_the_license(hub_env, tmp_path, ca
     sha = HfApi().model_info("org/ux-drafter").sha
     assert f"published to org/ux-drafter at revision {sha}: {hub_env}/org/ux-drafter/tree/{sha}" in caplog.text
     assert ModelCard.load("org/ux-drafter").data.license == "mit"
+    files = HfApi().list_repo_files("org/ux-drafter")
+    assert "TRAINING.md" in files and "loss.png" in files  # the run's record goes up with the weights
+    assert "scripts/train_drafter.py" in (tmp_path / "run" / "TRAINING.md").read_text()
 
 
 # --- 3. Ctrl-C, resume, summary ------------------------------------------------------------------------------------

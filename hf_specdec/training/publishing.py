@@ -64,6 +64,7 @@ def publish(config: DrafterTrainingConfig, drafter_dir: Path) -> str:
     from ..hub import publish_drafter
 
     run = Path(config.output_dir)
+    write_run_record(run, recipe_command(config))
     return publish_drafter(
         drafter_dir,
         config.push_to_hub,
@@ -76,6 +77,37 @@ def publish(config: DrafterTrainingConfig, drafter_dir: Path) -> str:
     )
 
 
+def write_run_record(run: Path, recipe: str) -> None:
+    """The run's TRAINING.md and loss.png (from its training_log.json), which publishing uploads with the weights:
+    the command, the figures and the loss curve. Nothing when the log is missing; the plot needs matplotlib."""
+    import json
+
+    from ..hub.ship import write_plot
+
+    log_file = run / "training_log.json"
+    if not log_file.is_file():
+        return
+    log = json.loads(log_file.read_text(encoding="utf-8"))
+    losses = log.get("losses") or []
+    plotted = bool(losses) and write_plot(losses, run / "loss.png")
+    first, last = (losses[0][1], losses[-1][1]) if losses else (float("nan"), float("nan"))
+    lines = [
+        "# Training record",
+        "",
+        "```bash",
+        recipe,
+        "```",
+        "",
+        f"- objective: {log.get('objective', '?')}, steps: {log.get('steps', '?')}, supervised tokens: "
+        f"{log.get('supervised_tokens', 0):,}, training seconds: {log.get('train_seconds', 0):.0f}",
+        f"- loss: {first:.3f} at the first step -> {last:.3f} at the last",
+        *(f"- adjusted: {sentence}" for sentence in log.get("adjustments") or []),
+    ]
+    if plotted:
+        lines += ["", "![loss](loss.png)"]
+    (run / "TRAINING.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
 def published_message(repo_id: str, revision: str) -> str:
     """Where a push went: the repo id, the revision and its URL."""
     from huggingface_hub import constants
@@ -83,4 +115,4 @@ def published_message(repo_id: str, revision: str) -> str:
     return f"published to {repo_id} at revision {revision}: {constants.ENDPOINT}/{repo_id}/tree/{revision}"
 
 
-__all__ = ["check_publishing", "publish", "published_message", "recipe_command"]
+__all__ = ["check_publishing", "publish", "published_message", "recipe_command", "write_run_record"]
