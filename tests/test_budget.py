@@ -42,6 +42,14 @@ def machine(target, per_token: float) -> None:
         model.pin({fed: 0.010 * rows * (1 + per_token * (fed - 1)) for fed in range(1, 200)}, rows)
 
 
+def always_accepted(tree) -> AcceptanceModel:
+    """An acceptance model that has seen `tree`'s top chain (nodes 0..6) accepted at every one of 40 steps."""
+    model = AcceptanceModel()
+    for _ in range(40):
+        model.record(tree, tree.path_to(6))
+    return model
+
+
 def test_cost_model_interpolates_extrapolates_and_is_saved_per_target(tmp_path, monkeypatch):
     model = StepCostModel("k")
     assert model.cost(4) is None and "nothing measured" in str(model)
@@ -79,9 +87,7 @@ def test_acceptance_model_calibrates_the_drafters_confidence_per_depth():
 
 def test_budget_verifies_everything_where_it_is_free_and_nothing_where_it_is_dear():
     tree = best_first_tree([[-0.01] * 2] * 7, [[5, 6]] * 7, 10)
-    sure = AcceptanceModel()
-    for _ in range(40):
-        sure.record(tree, tree.path_to(6))  # the drafter's top chain is always accepted
+    sure = always_accepted(tree)  # the drafter's top chain is always accepted
     cheap, dear = StepCostModel("cheap"), StepCostModel("dear")
     for fed in range(1, 80):
         cheap.record(fed, 0.010)
@@ -118,9 +124,7 @@ def test_noisy_costs_are_made_monotone_and_near_ties_go_to_the_larger_size():
 
     assert monotone({1: 0.20, 9: 0.30, 17: 0.26, 33: 0.40}) == pytest.approx({1: 0.20, 9: 0.28, 17: 0.28, 33: 0.40})
     tree = best_first_tree([[-0.01] * 2] * 7, [[5, 6]] * 7, 10)
-    sure = AcceptanceModel()
-    for _ in range(40):
-        sure.record(tree, tree.path_to(6))
+    sure = always_accepted(tree)
     flat = StepCostModel("flat-noisy")
     for fed, ms in {1: 200, 2: 200, 3: 201, 5: 203, 9: 290, 17: 260, 33: 300}.items():
         flat.record(fed, ms / 1000)  # 9 tokens timed dearer than 17: noise, not the machine
@@ -133,9 +137,7 @@ def test_one_slow_drafted_step_does_not_stop_a_drafting_that_pays():
     """A drafter that catches up on a long prompt (or on plain steps) makes one step slow; the median of recent steps
     judges, so drafting goes on; three slow steps out of five stop it."""
     tree = best_first_tree([[-0.01] * 2] * 7, [[5, 6]] * 7, 10)
-    hopeful = AcceptanceModel()
-    for _ in range(40):
-        hopeful.record(tree, tree.path_to(6))
+    hopeful = always_accepted(tree)
     flat = StepCostModel("flat-catch-up")
     for fed in range(1, 80):
         flat.record(fed, 0.010)
@@ -199,9 +201,7 @@ def test_drafting_that_really_commits_less_per_second_than_plain_backs_off():
     """The models may be too hopeful (a flat curve, a confident drafter); what drafted steps really achieved decides
     too: here they commit 20 tokens/s against plain steps' 100 (10 ms per row), so plain steps follow."""
     tree = best_first_tree([[-0.01] * 2] * 7, [[5, 6]] * 7, 10)
-    hopeful = AcceptanceModel()
-    for _ in range(40):
-        hopeful.record(tree, tree.path_to(6))
+    hopeful = always_accepted(tree)
     flat = StepCostModel("flat")
     for fed in range(1, 80):
         flat.record(fed, 0.010)

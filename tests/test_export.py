@@ -210,12 +210,17 @@ def run_script(monkeypatch, *args: str) -> None:
     export_drafter.main()
 
 
-def test_script_exports_and_checks_the_round_trip(monkeypatch, tmp_path, capsys):
+def saved_target_and_drafter(tmp_path) -> None:
+    """tmp_path/target: a tiny Qwen3; tmp_path/ours: a randomized block drafter for it with the SUBSET vocabulary."""
     target = tiny_target("qwen3")
     target.save_pretrained(tmp_path / "target")
     drafter = randomized(make_drafter(target, 4))
     drafter.set_draft_vocab(SUBSET)
     drafter.save_pretrained(tmp_path / "ours")
+
+
+def test_script_exports_and_checks_the_round_trip(monkeypatch, tmp_path, capsys):
+    saved_target_and_drafter(tmp_path)
     with pytest.raises(SystemExit, match="pass --target"):
         run_script(monkeypatch, "--drafter", str(tmp_path / "ours"), "--output", str(tmp_path / "x"))
     run_script(
@@ -244,11 +249,7 @@ def test_script_self_check_shows_no_expected_load_report(monkeypatch, tmp_path):
     handler.emit = records.append
     transformers_logging.add_handler(handler)
     try:
-        target = tiny_target("qwen3")
-        target.save_pretrained(tmp_path / "target")
-        drafter = randomized(make_drafter(target, 4))
-        drafter.set_draft_vocab(SUBSET)
-        drafter.save_pretrained(tmp_path / "ours")
+        saved_target_and_drafter(tmp_path)
         before = transformers_logging.get_verbosity()
         run_script(
             monkeypatch,
