@@ -127,6 +127,66 @@ def test_batches_and_the_server_equal_plain(target, device):
     assert_batch_and_server_equal_plain(target, drafter, prompts, new_tokens=12)
 
 
+@pytest.mark.parametrize("inject", [False, True])
+def test_rows_drafted_together_get_what_each_gets_alone(target, inject):
+    """`draft_rows` (one drafter pass for a batch's rows) leaves every row the outputs and the cache of committed
+    tokens its own pass gives: rows with different caches, one joining with an empty cache, features injected."""
+    drafter = pard(target, block_size=4, feature_injection=inject)
+    if inject:
+        torch.nn.init.normal_(drafter.feature_proj.weight, std=1.0)
+    width = len(drafter.config.target_layer_ids) * drafter.config.target_hidden_size
+    g = torch.Generator().manual_seed(3)
+    rows = [torch.randint(3, VOCAB - 1, (1, n), generator=g) for n in (9, 14, 5)]
+    feats = [torch.randn(1, 40, width, generator=g) for _ in rows]
+
+    def generators():
+        gens = [PardCandidateGenerator(drafter, target, GenerationConfig(max_length=64)) for _ in rows]
+        for gen, ids, f in zip(gens, rows, feats, strict=True):
+            gen.queue_features(f[:, : ids.shape[1]])
+        return gens
+
+    alone, together = generators(), generators()
+    for grow, members in (((0, 0, 0), [0, 1]), ((3, 1, 0), [0, 1, 2]), ((1, 2, 4), [0, 1, 2])):
+        for b, n in enumerate(grow):
+            if n:
+                extra = torch.randint(3, VOCAB - 1, (1, n), generator=g)
+                before = rows[b].shape[1]
+                rows[b] = torch.cat([rows[b], extra], dim=-1)
+                for gen in (alone[b], together[b]):
+                    gen.queue_features(feats[b][:, before : rows[b].shape[1]])
+        PardCandidateGenerator.draft_rows([together[b] for b in members], [rows[b] for b in members])
+        for b in members:
+            hidden, scores = alone[b].draft_scores(rows[b], 3)
+            hidden_t, scores_t = together[b].draft_scores(rows[b], 3)
+            assert torch.allclose(scores_t, scores, atol=1e-4) and torch.allclose(hidden_t, hidden, atol=1e-4)
+            assert together[b].cache.get_seq_length() == rows[b].shape[1] == alone[b].cache.get_seq_length()
+            for mine, theirs in zip(together[b].cache.layers, alone[b].cache.layers, strict=True):
+                assert torch.allclose(mine.keys, theirs.keys, atol=1e-4)
+                assert torch.allclose(mine.values, theirs.values, atol=1e-4)
+            assert together[b].ready is None  # used once
+
+
+def test_batches_and_the_server_draft_rows_together_and_equal_plain(target, device, monkeypatch):
+    """Four rows of different lengths drafting in one pass per step, as a chain and as trees."""
+    target = target.to(device)
+    g = torch.Generator().manual_seed(4)
+    prompts = [torch.randint(3, VOCAB - 1, (n,), generator=g) for n in (6, 11, 17, 8)]
+    together = []  # rows per draft_rows call
+    draft_rows = PardCandidateGenerator.draft_rows.__func__
+
+    def counted(cls, generators, input_ids):
+        together.append(len(generators))
+        draft_rows(cls, generators, input_ids)
+
+    monkeypatch.setattr(PardCandidateGenerator, "draft_rows", classmethod(counted))
+    for settings in (DecodingSettings(budget="fixed"), DecodingSettings(budget="fixed", tree_budget=5, tree_topk=2)):
+        drafter = pard(target, block_size=5)
+        drafter.decoding = settings
+        together.clear()
+        assert_batch_and_server_equal_plain(target, drafter, prompts, new_tokens=14)
+        assert max(together) == 4  # the batch's rows were drafted in one pass
+
+
 @pytest.mark.parametrize("name", ["chain (transformers' loop)", "tree", "adaptive"])
 def test_a_draft_vocabulary_keeps_output_exact(target, prompt, name, device):
     target, prompt = target.to(device), prompt.to(device)

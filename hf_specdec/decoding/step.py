@@ -4,7 +4,8 @@ One step over the rows of a `SpeculativeBatch` (B rows, N_b draft nodes in row b
 row, S cached slots; a row's last committed token, its anchor, is not in the target's cache yet):
 
 1) draft: every unfinished row's candidate generator (its drafter kind's) drafts a tree under the anchor: an argmax
-   chain, a best-first tree, or exact-q draws; plus a prompt-lookup branch (docs/verification.md section 1); with
+   chain, a best-first tree, or exact-q draws; plus a prompt-lookup branch (docs/verification.md section 1); a kind
+   whose generator has `draft_rows` (PARD) runs its drafter once for all drafting rows first; with
    the adaptive budget (`budget.py`) the drafter may be skipped (a plain step) or each tree cut to the nodes that
    pay for their verification on this machine;
 2) feed: `[anchor, nodes]` per row, padded to n; positions = anchor position + depth; a (B, n, S + n) mask in which
@@ -46,7 +47,7 @@ def speculative_step(batch: SpeculativeBatch) -> None:
     # 1) draft (the adaptive budget may skip the drafter, or keep only the nodes worth verifying)
     started = time.perf_counter()
     drafting = budget is None or budget.drafting(len(rows))
-    full = [draft_tree(batch, row) if drafting else DraftTree() for row in rows]
+    full = draft_trees(batch) if drafting else [DraftTree() for _ in rows]
     trees = budget.choose(full, len(rows)) if budget is not None and drafting else full
     draft_seconds = time.perf_counter() - started
     verify_started = time.perf_counter()
@@ -99,11 +100,27 @@ def speculative_step(batch: SpeculativeBatch) -> None:
             budget.after_drafted_step(full, len(rows), total_committed / (draft_seconds + verify_seconds))
 
 
+def draft_trees(batch: SpeculativeBatch) -> list[DraftTree]:
+    """Step 1 for every row; a kind that drafts rows together (its generator's `draft_rows`) first runs its drafter
+    once over every row that drafts, and each row's tree is then built from that pass's outputs."""
+    together = getattr(batch.generator_class, "draft_rows", None)
+    drafting = [row for row in batch.rows if not row.done and block_room(row) > 0]
+    if together is not None and len(drafting) > 1:
+        together([row.generator for row in drafting], [row.ids for row in drafting])
+    return [draft_tree(batch, row) for row in batch.rows]
+
+
+def block_room(row: Row) -> int:
+    """Drafts the drafter may propose for `row` this step: its block, capped by what can still be committed."""
+    room = row.max_length - row.ids.shape[1] - 1  # drafts that can still be committed before the bonus token
+    return min(row.generator.block_size - 1, room)
+
+
 def draft_tree(batch: SpeculativeBatch, row: Row) -> DraftTree:
     """Step 1 for one row: its drafter kind's tree under the anchor, plus a prompt-lookup branch."""
     settings = batch.settings
     room = row.max_length - row.ids.shape[1] - 1  # drafts that can still be committed before the bonus token
-    k = min(row.generator.block_size - 1, room)
+    k = block_room(row)
     if row.done or k <= 0:
         tree = DraftTree()
     elif batch.exact_q:
@@ -150,4 +167,4 @@ def path_context(row: Row, tree: DraftTree, fed: int) -> torch.LongTensor:
     return torch.cat([seen, path[None]], dim=-1)
 
 
-__all__ = ["draft_tree", "path_context", "speculative_step", "verification_inputs"]
+__all__ = ["block_room", "draft_tree", "draft_trees", "path_context", "speculative_step", "verification_inputs"]
