@@ -260,3 +260,24 @@ def test_a_depth_never_verified_takes_the_rate_of_the_deepest_depth_seen():
     assert model.rate("copying", 2) > 0.9
     assert model.rate("copying", 9) == model.rate("copying", 2)
     assert model.rate("lookup", 3) == pytest.approx(0.3)  # no evidence at all: the prior
+
+
+def test_a_first_try_at_a_load_asks_the_models_and_catch_up_passes_are_not_drafter_samples():
+    """At a load never drafted in this call, with the drafter's cost and typical drafts known from before, drafting
+    starts only where the models give it a chance (a size with no estimate counts as cheap as one token, the hopeful
+    side). A drafter pass right after plain steps or a join also reads what it missed: not a sample of its cost."""
+    costs = StepCostModel("first-try")
+    costs.record(1, 0.400, rows=16)  # the one-token cost only, no other load measured
+    for per_row, drafts in ((0.100, False), (0.001, True)):
+        acceptance = AcceptanceModel(typical=[0.9, 0.8, 0.7, 0.5], draft_seconds=[per_row])
+        assert Budget(costs, acceptance).drafting(16) is drafts
+    budget = Budget(costs, AcceptanceModel(draft_seconds=[0.002]))
+    assert budget.drafting(16) and budget.catching_up  # the call's first drafter pass reads the prompts
+    budget.observe(16, 9, 0.5, True, 16 * 0.300)
+    assert budget.draft_seconds == pytest.approx(0.002) and not budget.catching_up
+    budget.observe(16, 9, 0.5, True, 16 * 0.004)
+    assert budget.acceptance.draft_seconds == [0.002, 0.004]
+    budget._plain()  # a plain step: the next pass catches up again
+    budget.observe(16, 1, 0.4, False, 0.0)
+    budget.observe(16, 9, 0.5, True, 16 * 0.300)
+    assert budget.acceptance.draft_seconds == [0.002, 0.004]

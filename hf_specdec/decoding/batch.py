@@ -152,6 +152,8 @@ class SpeculativeBatch:
             added.append(row)
         self._merge(cache, valid)
         self.rows.extend(added)
+        if self.budget is not None:
+            self.budget.catching_up = True  # the drafter has not read the new rows' prompts yet
         return added
 
     def drop(self, keep: list[int]) -> None:

@@ -17,14 +17,18 @@ first tree's path scores). Per step, for a batch of B rows whose drafts were bui
   drafted step probes again; the drafted rate judged is the lower of the models' prediction and the median of what
   the last few drafted steps at this load have really committed per second (drafter and bookkeeping included), so a
   model that is too hopeful cannot keep a losing load drafting, while one slow step (a drafter catching up on a
-  prompt or on plain steps) cannot stop a winning one. The drafter's seconds per row are a median too. With many
-  rows on a compute-bound device this is what happens: drafting stops.
+  prompt or on plain steps) cannot stop a winning one. The drafter's seconds per row are a median too, of passes
+  that did not first catch up (after a join or plain steps, a pass also reads the tokens it missed). Before a due
+  probe, and before the first drafted step at a load, the models are asked first: when they put the best drafted
+  rate more than `PROBE_MARGIN` below plain steps', the step stays plain. With many rows on a compute-bound device
+  this is what happens: drafting stops, or never starts.
   A batch size not seen yet starts in plain mode when a smaller one (down to half) is in it, and borrows the curve of a
   row count within a quarter of it (scaled by the rows), so a server whose load drifts does not probe and measure
   afresh at every row count.
 - the one-token cost of a batch size is measured by a plain step (no drafter pass is wasted on it); sizes whose cost
   is not measured yet are verified next, in real steps (`step_cost.GRID`), so the curve is filled in by the work
-  itself, but only sizes that could still pay (judged by the cheapest cost they can have); none past a size that
+  itself, but only sizes that could still pay (judged by the cheapest cost they can have, against the measured
+  sizes and plain steps); none past a size that
   costs about its token count in one-token forwards (nothing larger can pay there). Such measuring steps are not
   judged: their size was not chosen to pay.
 
@@ -57,6 +61,7 @@ class Budget:
     draft_seconds: float | None = None  # drafter time per row and step (default: the acceptance model's samples)
     realized: dict[int, list[float]] = field(default_factory=dict)  # rows -> committed tokens/s, recent drafted steps
     measuring: bool = False  # this step's size was chosen to measure the curve, not to pay
+    catching_up: bool = True  # the next drafter pass first catches up (on prompts, or on tokens of plain steps)
 
     def __post_init__(self) -> None:
         if self.draft_seconds is None and self.acceptance.draft_seconds:
@@ -66,19 +71,25 @@ class Budget:
         """Whether this step runs the drafter (False: a plain one-token step); the plain/probe schedule of this
         batch size lives on the acceptance model, so it carries over between calls."""
         schedule = self.acceptance.schedule.get(rows)
-        if schedule is None:  # a heavier load than one in plain mode (up to 2x) starts in plain mode too
+        new_load = schedule is None
+        if new_load:  # a heavier load than one in plain mode (up to 2x) starts in plain mode too
             near = [r for r, s in self.acceptance.schedule.items() if s[1] > 2 and rows / 2 <= r <= rows]
             backoff = self.acceptance.schedule[min(near, key=lambda r: abs(r - rows))][1] if near else 0
             schedule = self.acceptance.schedule[rows] = [backoff, max(2, backoff)]
         if not self.costs.measured(1, rows):  # the one-token cost first: a plain step measures it
-            return False
+            return self._plain()
         if schedule[0] > 0:
             schedule[0] -= 1
-            return False
-        if schedule[1] > 2 and self._clearly_loses(rows):  # a probe is due, but the models say it cannot pay
+            return self._plain()
+        first = new_load or rows not in self.realized  # no drafted step judged at this load yet in this call
+        if (schedule[1] > 2 or first) and self._clearly_loses(rows):  # a probe, or a first try, that cannot pay
             schedule[:] = [schedule[1], min(MAX_BACKOFF, 2 * schedule[1])]
-            return False
+            return self._plain()
         return True
+
+    def _plain(self) -> bool:
+        self.catching_up = True  # the drafter will have this step's tokens to catch up on
+        return False
 
     def _clearly_loses(self, rows: int) -> bool:
         """Whether the best drafted rate the models give for the drafts seen last (`AcceptanceModel.typical`) falls
@@ -88,8 +99,8 @@ class Budget:
         values, plain = self.acceptance.typical, self.costs.cost(1, rows)
         if not values or plain is None or self.draft_seconds is None:
             return False
-        best = max(
-            rows * (1 + sum(values[:n])) / (self.costs.estimate(1 + n, rows) + rows * self.draft_seconds)
+        best = max(  # a size with no estimate costs at least the one-token step: the optimistic side
+            rows * (1 + sum(values[:n])) / ((self.costs.estimate(1 + n, rows) or plain) + rows * self.draft_seconds)
             for n in range(len(values) + 1)
         )
         return best < (1 - PROBE_MARGIN) * rows / plain
@@ -107,6 +118,9 @@ class Budget:
     def observe(self, rows: int, fed: int, seconds: float, drafted: bool, draft_seconds: float) -> None:
         """Record a step's target forward (`rows` x `fed` tokens) and, after a drafted step, decide on plain mode."""
         self.costs.record(fed, seconds, rows)
+        catching_up, self.catching_up = self.catching_up, self.catching_up and not drafted
+        if catching_up:  # the drafter's pass included a catch-up: not what a drafted step costs it
+            return
         if drafted and draft_seconds > 0 and not self.costs.pinned:  # a pinned curve decides alone
             samples = self.acceptance.draft_seconds = [
                 *self.acceptance.draft_seconds[1 - RECENT :],
@@ -149,6 +163,8 @@ class Budget:
         one = self.costs.cost(1, rows) if self.costs.measured(1, rows) else None
         known = [n for n in range(most + 1) if self.costs.measured(1 + n, rows)]
         best = max((self._rate(values, rows, n) for n in known), default=0.0)  # rates of sizes already measured
+        if one is not None:
+            best = max(best, rows / one)  # and plain steps': a size that cannot beat them is not worth measuring
         floor = None  # cost of the largest measured size so far
         for fed in GRID:
             if fed - 1 > most:

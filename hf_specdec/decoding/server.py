@@ -6,13 +6,14 @@
         for request in server.step():     # one drafted target forward for every running request
             print(request.output_ids if request.error is None else request.error)
 
-Requests wait in a queue; each `step()` first admits waiting ones (up to `max_batch_size` running; they are
-prefilled together and join the batch), runs one speculative step for the whole batch (`SpeculativeBatch`), then
-lets finished requests leave. Every request's tokens are exactly what `target.generate` would give it alone with the
-same settings (greedy) or are distributed as its sampling (do_sample): each request gets the logits processors
-`generate()` builds for it (repetition penalty, n-gram blocking, min_new_tokens, suppressed or biased tokens, the
-sampling warpers, ...), and settings the server cannot honour are refused with a ValueError. A request's `streamer`
-(e.g. `TextStreamer`) receives its tokens as they are committed.
+Requests wait in a queue; each `step()` first admits waiting ones (up to `max_batch_size` running; prompts of
+similar length are prefilled together, the others apart, and all join the batch), runs one speculative step for
+the whole batch (`SpeculativeBatch`), then lets finished requests leave. Every request's tokens are exactly what
+`target.generate` would give it alone with the same settings (greedy) or are distributed as its sampling
+(do_sample): each request gets the logits processors `generate()` builds for it (repetition penalty, n-gram
+blocking, min_new_tokens, suppressed or biased tokens, the sampling warpers, ...), and settings the server cannot
+honour are refused with a ValueError. A request's `streamer` (e.g. `TextStreamer`) receives its tokens as they are
+committed.
 
 A failure stays with what caused it:
 - `submit()` checks the prompt (one row of integer ids inside the target's vocabulary), `max_new_tokens`, the
@@ -41,6 +42,7 @@ import torch
 from transformers import GenerationConfig, LogitsProcessorList, PreTrainedModel
 from transformers.generation import logits_process
 
+from ..models.padding import length_groups
 from ..verification.stats import AcceptanceStats
 from .batch import Row, SpeculativeBatch
 from .step import speculative_step
@@ -258,18 +260,24 @@ class SpeculativeServer:
             raise
 
     def _join(self, requests: list[Request]) -> None:
+        """Prefill `requests` into the batch: prompts of similar length together, the others in prefills of their
+        own (`length_groups`: a left-padded prefill computes every prompt at the longest one's length)."""
         restore = self.batch.checkpoint()
         try:
-            rows = self.batch.add(
-                [r.prompt for r in requests],
-                [r.prompt.numel() + r.max_new_tokens for r in requests],
-                processors=[r.processors for r in requests],
-            )
+            joined = []
+            for group in length_groups([r.prompt.numel() for r in requests]):
+                members = [requests[i] for i in group]
+                rows = self.batch.add(
+                    [r.prompt for r in members],
+                    [r.prompt.numel() + r.max_new_tokens for r in members],
+                    processors=[r.processors for r in members],
+                )
+                joined.extend(zip(members, rows, strict=True))
         except BaseException:
             restore()
             raise
         now = time.perf_counter()
-        for request, row in zip(requests, rows, strict=True):
+        for request, row in sorted(joined, key=lambda pair: pair[0].id):
             request.row, request.started_at, request.status = row, now, "running"
             self.running.append(request)
             self._put(request, request.prompt[None])

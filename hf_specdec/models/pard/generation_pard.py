@@ -12,8 +12,9 @@ which only needs `draft_scores`; verification, acceptance and commit are the spe
 
 In a batch, `draft_rows` runs step 1 for every drafting row in ONE drafter pass: each row's fed tokens are
 left-padded to one width, its cache left-padded to one length, and a (B, W, C + W) mask lets a row see only its own
-slots. Afterwards each row's cache is cut back out (its committed tokens only) and its outputs wait for its
-`draft_scores`, so the rest of the step runs per row as before. A drafter pass over 8 tokens costs about the same
+slots (rows whose lengths differ much, e.g. one catching up on its prompt, get passes of their own). Afterwards
+each row's cache is cut back out (its committed tokens only) and its outputs wait for its `draft_scores`, so the
+rest of the step runs per row as before. A drafter pass over 8 tokens costs about the same
 for 1 row as for 4 on a CPU, so this is what lets a batch afford drafting.
 """
 
@@ -27,6 +28,7 @@ from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengt
 from ...verification.stats import AcceptanceStats
 from ...verification.tree import mask_for_attention
 from ..block_drafter.generation_block_drafter import BlockDraftCandidateGenerator
+from ..padding import length_groups
 from ..target_features import hidden_state_indices
 from .modeling_pard import PardDrafter
 
@@ -139,7 +141,16 @@ class PardCandidateGenerator(BlockDraftCandidateGenerator):
     def draft_rows(cls, generators: list[PardCandidateGenerator], input_ids: list[torch.LongTensor]) -> None:
         """Step 1 of `draft_hidden` for several rows in one drafter pass (see the module docstring): afterwards each
         generator's cache holds its committed tokens and its next `draft_scores` / `draft_hidden` for the same
-        tokens returns this pass's outputs. `input_ids[b]`: (1, T_b) row b's committed tokens."""
+        tokens returns this pass's outputs. `input_ids[b]`: (1, T_b) row b's committed tokens. Rows whose fed
+        lengths differ much (a row catching up on its prompt beside rows a block behind) go in separate passes
+        (`length_groups`), so no row pays another's padding."""
+        fed = [ids.shape[1] - g.cache.get_seq_length() for g, ids in zip(generators, input_ids, strict=True)]
+        for group in length_groups(fed):
+            cls._draft_group([generators[b] for b in group], [input_ids[b] for b in group])
+
+    @classmethod
+    def _draft_group(cls, generators: list[PardCandidateGenerator], input_ids: list[torch.LongTensor]) -> None:
+        """`draft_rows` for rows that share one padded pass."""
         first = generators[0]
         drafter, K = first.drafter, first.block_size
         device, mask_id = drafter.device, int(first.mask_ids[0, 0])
@@ -167,7 +178,8 @@ class PardCandidateGenerator(BlockDraftCandidateGenerator):
             use_cache=True,
         )
         hidden = out.last_hidden_state[:, W - K :]  # (B, K, H): anchor and masks, right-aligned in every row
-        scores = F.linear(hidden[:, : K - 1], first.head_weight, first.head_bias)  # (B, K-1, Vd)
+        flat = hidden[:, : K - 1].reshape(B * (K - 1), -1)  # (B*(K-1), H): a 2-D input, the fast CPU path
+        scores = F.linear(flat, first.head_weight, first.head_bias).view(B, K - 1, -1)  # (B, K-1, Vd)
         for b, (g, c, T, f) in enumerate(zip(generators, cached, lengths, fed, strict=True)):
             keep = torch.cat([torch.arange(C - c, C), torch.arange(C + W - f, C + W - f + T - c)]).to(device)
             g.cache = DynamicCache()
