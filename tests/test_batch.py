@@ -201,3 +201,27 @@ def test_length_and_history_processors_see_the_padded_rows_as_plain_batched_gene
     expected = target.generate(ids, **kwargs)
     out = target.generate(ids, **kwargs, assistant_model=batch_oracle(target, prompts, 4, [None, 1, 0], 12))
     assert torch.equal(out, expected)
+
+
+def test_prompts_of_very_different_lengths_are_prefilled_apart_and_keep_their_greedy_text(device):
+    """A left-padded prefill computes every prompt at the longest one's length; the server groups prompts of similar
+    length (`length_groups`) and prefills the groups apart, so a long prompt costs the short ones nothing. Outputs
+    still equal plain greedy of each prompt alone, as the rows of one batch (drafted together)."""
+    from hf_specdec import SpeculativeServer
+    from hf_specdec.models.padding import length_groups
+
+    assert length_groups([115, 257, 95, 105]) == [[2, 3, 0], [1]]  # 4 x 257 positions for 572 real ones: apart
+    assert length_groups([8, 9, 8, 10]) == [[0, 2, 1, 3]]  # a few padded slots cost less than another forward
+    assert length_groups([]) == []
+    target = tiny_target("llama", device=device).float()
+    g = torch.Generator().manual_seed(12)
+    prompts = [torch.randint(3, VOCAB - 1, (n,), generator=g).to(device) for n in (6, 150, 9)]
+    drafter = batch_oracle(target, prompts, 4, [1, None, 0], 12, OracleDrafter)
+    server = SpeculativeServer(target, drafter, max_batch_size=3, do_sample=False)
+    requests = [server.submit(p, 12) for p in prompts]
+    server.step()
+    assert server.batch.forwards.prefill == 2 and len(server.running) == 3  # two prefills, one batch
+    server.run()
+    for request, prompt in zip(requests, prompts, strict=True):
+        alone = target.generate(prompt[None], max_new_tokens=12, do_sample=False)[0].cpu()
+        assert torch.equal(request.output_ids, alone)
