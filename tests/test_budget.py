@@ -16,7 +16,7 @@ import hf_specdec
 from hf_specdec import DecodingSettings
 from hf_specdec.decoding.acceptance_model import AcceptanceModel
 from hf_specdec.decoding.budget import Budget, keep_best
-from hf_specdec.decoding.step_cost import GRID, StepCostModel, cost_model
+from hf_specdec.decoding.step_cost import GRID, SETTLED, StepCostModel, cost_model
 from hf_specdec.verification.tree import best_first_tree
 
 NEW_TOKENS = 29
@@ -127,7 +127,8 @@ def test_noisy_costs_are_made_monotone_and_near_ties_go_to_the_larger_size():
     sure = always_accepted(tree)
     flat = StepCostModel("flat-noisy")
     for fed, ms in {1: 200, 2: 200, 3: 201, 5: 203, 9: 290, 17: 260, 33: 300}.items():
-        flat.record(fed, ms / 1000)  # 9 tokens timed dearer than 17: noise, not the machine
+        for _ in range(SETTLED):
+            flat.record(fed, ms / 1000)  # 9 tokens timed dearer than 17: noise, not the machine
     assert flat.cost(9) == pytest.approx(flat.cost(17)) == pytest.approx(0.275)
     budget = Budget(flat, sure, draft_seconds=0.05)
     assert len(budget.choose([tree], 1)[0]) == len(tree)  # the whole tree: dearer by noise only
@@ -281,3 +282,24 @@ def test_a_first_try_at_a_load_asks_the_models_and_catch_up_passes_are_not_draft
     budget.observe(16, 1, 0.4, False, 0.0)
     budget.observe(16, 9, 0.5, True, 16 * 0.300)
     assert budget.acceptance.draft_seconds == [0.002, 0.004]
+
+
+def test_one_slow_timing_does_not_rule_a_size_out_for_good():
+    """A size timed once, slowly (a stall), would never be verified again and so never re-timed: until `SETTLED`
+    timings hold it, the budget measures it again, and a single timing weighs as one in the monotone fit."""
+    from hf_specdec.decoding.step_cost import monotone
+
+    assert monotone({9: 0.30, 11: 0.50, 17: 0.30}, {9: 8, 11: 1, 17: 3}) == pytest.approx({9: 0.30, 11: 0.35, 17: 0.35})
+    tree = best_first_tree([[-0.01] * 2] * 16, [[5, 6]] * 16, 16)
+    sure = always_accepted(tree)
+    costs = StepCostModel("stall")
+    for fed in (1, 2, 3, 5, 9):
+        for _ in range(SETTLED):
+            costs.record(fed, 0.200)
+    costs.record(17, 0.900)  # one stalled step at 17 tokens
+    budget = Budget(costs, sure, draft_seconds=0.01)
+    assert len(budget.choose([tree], 1)[0]) == 16 and budget.measuring  # measured again, not ruled out
+    for _ in range(SETTLED - 1):
+        costs.record(17, 0.200)
+    assert costs.settled(17) and costs.cost(17) == pytest.approx(0.200)
+    assert len(budget.choose([tree], 1)[0]) == 16 and not budget.measuring  # now chosen because it pays

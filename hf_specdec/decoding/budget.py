@@ -154,7 +154,8 @@ class Budget:
             schedule[1] = 2
 
     def _unmeasured(self, values: list[list[float]], rows: int, most: int) -> int | None:
-        """The smallest grid size (drafts per row) not measured yet that could still pay, if any fits.
+        """The smallest grid size (drafts per row) not measured yet, or measured by fewer than `SETTLED` steps,
+        that could still pay, if any fits (sizes of 1 and 2 tokens are settled by the plain steps' timings).
 
         Measuring a size costs a real step at that size, so a size is skipped when even its cheapest possible cost
         (that of the largest measured size below it: cost only grows with size) cannot beat the best rate already
@@ -165,11 +166,11 @@ class Budget:
         best = max((self._rate(values, rows, n) for n in known), default=0.0)  # rates of sizes already measured
         if one is not None:
             best = max(best, rows / one)  # and plain steps': a size that cannot beat them is not worth measuring
-        floor = None  # cost of the largest measured size so far
+        floor = None  # cost of the largest settled size so far
         for fed in GRID:
             if fed - 1 > most:
                 return None
-            if not self.costs.measured(fed, rows):
+            if not self.costs.measured(fed, rows) or (fed > 2 and not self.costs.settled(fed, rows)):
                 if floor is None:
                     return fed - 1
                 committed = sum(1.0 + sum(v[: fed - 1]) for v in values)

@@ -23,6 +23,7 @@ import torch
 from transformers import PreTrainedModel
 
 SAMPLES = 8  # recent timings kept per point; the median is the cost
+SETTLED = 3  # timings before a size's cost is trusted to rule it out (one slow step must not, for good)
 GRID = (1, 2, 3, 5, 9, 17, 33)  # fed tokens the budget measures first (1 + a power-of-two draft count)
 _MODELS: dict[str, StepCostModel] = {}
 
@@ -55,6 +56,15 @@ class StepCostModel:
         other = self._neighbour(rows)
         return self._near(rows, fed) or (other is not None and self._near(other, fed))
 
+    def settled(self, fed: int, rows: int = 1) -> bool:
+        """Whether the points within a quarter of `fed` for `rows` rows hold `SETTLED` timings together (or the
+        curve is pinned): a median of one or two steps can be a stall, and a size judged dear is not verified again,
+        so the budget measures it again first."""
+        if self.pinned:
+            return True
+        near = self.points.get(int(rows), {})
+        return sum(len(v) for n, v in near.items() if abs(n - fed) <= max(1.0, 0.25 * fed)) >= SETTLED
+
     def _near(self, rows: int, fed: int) -> bool:
         return any(abs(n - fed) <= max(1.0, 0.25 * fed) for n in self.points.get(int(rows), {}))
 
@@ -72,8 +82,8 @@ class StepCostModel:
         if not self._near(rows, fed):
             other = self._neighbour(rows)
             if other is not None and self._near(other, fed):
-                return _on_curve(monotone(self.curve(other)), fed) * rows / other
-        return _on_curve(monotone(self.curve(rows)), fed)
+                return _on_curve(monotone(self.curve(other), self.weights(other)), fed) * rows / other
+        return _on_curve(monotone(self.curve(rows), self.weights(rows)), fed)
 
     def estimate(self, fed: int, rows: int = 1) -> float | None:
         """`cost`, except where this row count has its one-token cost only: that cost times the curve's rise (fed vs
@@ -86,6 +96,10 @@ class StepCostModel:
             return self.cost(fed, rows)
         near = min(others, key=lambda r: abs(r - rows))
         return self.cost(1, rows) * self.cost(fed, near) / self.cost(1, near)
+
+    def weights(self, rows: int = 1) -> dict[int, int]:
+        """{fed tokens per row: timings kept} for `rows` rows (how much each median of `curve` weighs)."""
+        return {n: len(v) for n, v in self.points.get(int(rows), {}).items() if v}
 
     def curve(self, rows: int = 1) -> dict[int, float]:
         """{fed tokens per row: median seconds} of every point measured with `rows` rows."""
@@ -139,12 +153,14 @@ def model_key(target: PreTrainedModel) -> str:
     return f"{Path(name).name}|{params}|{device.type}|{target.dtype}|threads={torch.get_num_threads()}|{where}"
 
 
-def monotone(curve: dict[int, float]) -> dict[int, float]:
-    """The non-decreasing curve nearest `curve` in least squares (isotonic regression by pooling adjacent
-    violators): neighbouring sizes whose medians decrease get their mean."""
-    pools: list[list] = []  # [sum of seconds, points, sizes] per pool, left to right
+def monotone(curve: dict[int, float], weights: dict[int, int] | None = None) -> dict[int, float]:
+    """The non-decreasing curve nearest `curve` in weighted least squares (isotonic regression by pooling adjacent
+    violators): neighbouring sizes whose medians decrease get their mean, each weighted by its timings (`weights`,
+    default 1 each), so one slow timing moves a pool less than a settled median."""
+    pools: list[list] = []  # [weighted sum of seconds, weight, sizes] per pool, left to right
     for n, seconds in sorted(curve.items()):
-        pools.append([seconds, 1, [n]])
+        w = (weights or {}).get(n, 1)
+        pools.append([seconds * w, w, [n]])
         while len(pools) > 1 and pools[-2][0] / pools[-2][1] > pools[-1][0] / pools[-1][1]:
             total, count, sizes = pools.pop()
             pools[-1][0] += total
