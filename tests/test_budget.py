@@ -285,8 +285,9 @@ def test_a_first_try_at_a_load_asks_the_models_and_catch_up_passes_are_not_draft
 
 
 def test_one_slow_timing_does_not_rule_a_size_out_for_good():
-    """A size timed once, slowly (a stall), would never be verified again and so never re-timed: until `SETTLED`
-    timings hold it, the budget measures it again, and a single timing weighs as one in the monotone fit."""
+    """A size timed once, slowly (a stall), would never be verified again and so never re-timed: for a single
+    sequence, until `SETTLED` timings hold it, the budget measures it again, and a single timing weighs as one in the
+    monotone fit. With several rows one timing decides (measuring again would cost every row's verify)."""
     from hf_specdec.decoding.step_cost import monotone
 
     assert monotone({9: 0.30, 11: 0.50, 17: 0.30}, {9: 8, 11: 1, 17: 3}) == pytest.approx({9: 0.30, 11: 0.35, 17: 0.35})
@@ -303,3 +304,10 @@ def test_one_slow_timing_does_not_rule_a_size_out_for_good():
         costs.record(17, 0.200)
     assert costs.settled(17) and costs.cost(17) == pytest.approx(0.200)
     assert len(budget.choose([tree], 1)[0]) == 16 and not budget.measuring  # now chosen because it pays
+    heavy = StepCostModel("stall-rows")  # several rows: a measuring step costs every row's verify; one timing decides
+    for fed in (1, 2, 3, 5, 9):
+        for _ in range(SETTLED):
+            heavy.record(fed, 0.200, rows=4)
+    heavy.record(17, 0.900, rows=4)
+    rows4 = Budget(heavy, sure, draft_seconds=0.01)
+    assert len(rows4.choose([tree] * 4, 4)[0]) == 8 and not rows4.measuring

@@ -219,9 +219,8 @@ def test_card_has_metadata_results_and_no_token(hub_env, tiny, tmp_path):
 
 
 def test_card_of_the_shipped_drafter_renders_from_real_benchmark_results():
-    folder, bench = REPO_ROOT / "drafters/qwen2.5-coder-1.5b", REPO_ROOT / "results/default-t0/benchmark.json"
-    if not (folder / "config.json").exists() or not bench.exists():
-        pytest.skip("shipped drafter or its benchmark results are not in this checkout")
+    folder = REPO_ROOT / "drafters/qwen2.5-coder-1.5b-pard"
+    bench = REPO_ROOT / "results/adaptive-single-pard/benchmark.json"
     card = render_card(folder, "me/qwen-drafter", target_id="Qwen/Qwen2.5-Coder-1.5B", benchmark_json=bench)
     rows = [line for line in card.text.splitlines() if line.startswith("| all |")]
     assert len(rows) == len(json.loads(bench.read_text())["methods"])
