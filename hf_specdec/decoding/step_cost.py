@@ -5,6 +5,8 @@ the curve is flat far past 8 tokens, on one CPU 8 tokens cost 1.1x one token and
 measured, never assumed: every speculative step records the seconds of its target forward against the rows and the
 tokens it fed per row, and the adaptive budget (`budget.py`) reads the curve back. Points not measured yet are
 filled in by the budget itself, which verifies those sizes in real steps first (nothing is run just to measure).
+A point's cost is the median of its recent timings; the non-decreasing fit the budget reads weighs each median by
+how many timings it has, and a single sequence times a size `SETTLED` times before that size can rule itself out.
 
 One model per (target weights, device, dtype, torch threads, CPU model); kept for the process and saved as JSON
 under `$HF_SPECDEC_CACHE` (default `~/.cache/hf_specdec`), so the next process starts from the curve already
