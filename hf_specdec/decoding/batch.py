@@ -24,6 +24,7 @@ from transformers import GenerationConfig, LogitsProcessorList, PretrainedConfig
 from transformers.cache_utils import DynamicCache
 from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria
 
+from ..models.padding import left_pad
 from ..models.registry import generator_class_for
 from ..models.settings import DecodingSettings
 from ..models.target_features import tapped_features
@@ -241,8 +242,8 @@ class SpeculativeBatch:
             return
         S = max(self.valid.shape[1], valid.shape[1])
         for mine, theirs in zip(self.cache.layers, cache.layers, strict=True):
-            mine.keys = torch.cat([_left_pad(mine.keys, S), _left_pad(theirs.keys, S)], dim=0)
-            mine.values = torch.cat([_left_pad(mine.values, S), _left_pad(theirs.values, S)], dim=0)
+            mine.keys = torch.cat([left_pad(mine.keys, S), left_pad(theirs.keys, S)], dim=0)
+            mine.values = torch.cat([left_pad(mine.values, S), left_pad(theirs.values, S)], dim=0)
         self.valid = torch.cat([_left_pad_mask(self.valid, S), _left_pad_mask(valid, S)], dim=0)
 
     def _compact(self, keep: torch.Tensor) -> None:
@@ -298,11 +299,6 @@ def _restorer(obj, seen: set[int]) -> Callable[[], None] | None:
             child()
 
     return restore
-
-
-def _left_pad(x: torch.Tensor, width: int) -> torch.Tensor:
-    missing = width - x.shape[2]
-    return x if missing == 0 else torch.cat([x.new_zeros(*x.shape[:2], missing, x.shape[3]), x], dim=2)
 
 
 def _left_pad_mask(valid: torch.Tensor, width: int) -> torch.Tensor:

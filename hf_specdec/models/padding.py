@@ -8,6 +8,8 @@ group pays only what the rows hold (plus what each extra forward costs to launch
 
 from __future__ import annotations
 
+import torch
+
 WASTE = 0.125  # a group's padded positions may exceed its real ones by this share ...
 SLACK = 64  # ... plus this many positions (a few padded slots cost less than one more forward)
 
@@ -28,4 +30,10 @@ def length_groups(lengths: list[int], waste: float = WASTE, slack: int = SLACK) 
     return groups
 
 
-__all__ = ["SLACK", "WASTE", "length_groups"]
+def left_pad(x: torch.Tensor, width: int) -> torch.Tensor:
+    """(B, heads, width, d) from a (B, heads, S, d) cache tensor: zeros on the left of dim 2."""
+    missing = width - x.shape[2]
+    return x if missing == 0 else torch.cat([x.new_zeros(*x.shape[:2], missing, x.shape[3]), x], dim=2)
+
+
+__all__ = ["SLACK", "WASTE", "left_pad", "length_groups"]

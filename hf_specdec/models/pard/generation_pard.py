@@ -28,7 +28,7 @@ from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengt
 from ...verification.stats import AcceptanceStats
 from ...verification.tree import mask_for_attention
 from ..block_drafter.generation_block_drafter import BlockDraftCandidateGenerator
-from ..padding import length_groups
+from ..padding import left_pad, length_groups
 from ..target_features import hidden_state_indices
 from .modeling_pard import PardDrafter
 
@@ -197,14 +197,11 @@ def _stacked_cache(caches: list[DynamicCache], width: int) -> DynamicCache:
     if filled is None:
         return stacked
     for i, layer in enumerate(filled.layers):
-        keys, values = [], []
-        for cache in caches:
-            k, v = (cache.layers[i].keys, cache.layers[i].values) if cache.get_seq_length() else (None, None)
-            shape = (1, layer.keys.shape[1], width - (0 if k is None else k.shape[2]), layer.keys.shape[3])
-            pad = layer.keys.new_zeros(shape)
-            keys.append(pad if k is None else torch.cat([pad, k], dim=2))
-            values.append(pad if v is None else torch.cat([pad, v], dim=2))
-        stacked.update(torch.cat(keys), torch.cat(values), i)
+        empty = layer.keys[:, :, :0]  # (1, heads, 0, d): a row whose cache is still empty
+        pairs = [(c.layers[i].keys, c.layers[i].values) if c.get_seq_length() else (empty, empty) for c in caches]
+        keys = torch.cat([left_pad(k, width) for k, _ in pairs])  # (B, heads, width, d)
+        values = torch.cat([left_pad(v, width) for _, v in pairs])
+        stacked.update(keys, values, i)
     return stacked
 
 
