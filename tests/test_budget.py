@@ -248,8 +248,9 @@ def test_a_due_probe_is_skipped_where_the_models_say_drafting_cannot_pay():
 
 
 def test_a_depth_never_verified_takes_the_rate_of_the_deepest_depth_seen():
-    """Lookup nodes the budget cut never gain evidence; valued by the prior they would stay cut. A copy run accepts
-    about as often deep as shallow, so an unseen depth borrows the deepest seen depth's rate."""
+    """Nodes the budget cut never gain evidence; valued by the prior they would stay cut. A depth never verified
+    borrows the deepest seen depth's rate, and a copy going on (a lookup node under a lookup node) is one rate for
+    every depth."""
     from hf_specdec.verification.tree import DraftTree
 
     model = AcceptanceModel()
@@ -258,9 +259,32 @@ def test_a_depth_never_verified_takes_the_rate_of_the_deepest_depth_seen():
     tree.copying = True
     for _ in range(30):
         model.record(tree, [0, 1])  # two copying lookup nodes, always accepted
-    assert model.rate("copying", 2) > 0.9
-    assert model.rate("copying", 9) == model.rate("copying", 2)
+    assert model.rate("copying", 1) > 0.9 and model.rate("copying", 4) == model.rate("copying", 1)
+    assert model.rate("copying+", 2) > 0.9 and model.rate("copying+", 9) == model.rate("copying+", 2)
     assert model.rate("lookup", 3) == pytest.approx(0.3)  # no evidence at all: the prior
+
+
+def test_a_copy_accepted_whole_is_verified_whole_on_the_measured_curve():
+    """On the 2-core Xeon's measured curve (flat to 8 fed tokens, +30% at 15-19) a lookup branch that copies a span
+    whole at every step is worth verifying whole beside the drafter's chain: its tenth node is valued by the
+    copies seen (pooled over depths), not by a prior at each of its depths (0.7^10 before any evidence there)."""
+    from hf_specdec.verification.tree import DraftTree
+
+    copy = DraftTree()
+    copy.add_chain(list(range(10, 20)), merge=False)
+    copy.copying = True
+    model = AcceptanceModel()
+    for _ in range(3):  # three steps, each copying its whole branch of 10
+        model.record(copy, list(range(10)))
+    tree = best_first_tree([[-0.05, -3.0]] * 7, [[5, 6]] * 7, 8)  # the drafter's chain and one sibling
+    tree.add_chain(list(range(30, 40)), merge=True)
+    tree.copying = True
+    values = model.node_values(tree)
+    assert min(v for v, lookup in zip(values, tree.lookup, strict=True) if lookup) > 0.5
+    costs = StepCostModel("xeon")
+    costs.pin({1: 0.285, 8: 0.296, 9: 0.334, 14: 0.338, 15: 0.383, 19: 0.383})
+    kept = Budget(costs, model, draft_seconds=0.09).choose([tree], 1)[0]
+    assert sum(kept.lookup) == 10
 
 
 def test_a_first_try_at_a_load_asks_the_models_and_catch_up_passes_are_not_drafter_samples():

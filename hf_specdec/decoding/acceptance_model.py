@@ -6,8 +6,15 @@ rows whose previous step accepted a lookup node, which are copying a span, apart
 bursty, so its next node is far likelier accepted than a fresh lookup's). For
 best-first nodes it also sums the drafter's own conditional probability q of each tried node, so that
 c_d = accepted / sum of q calibrates the drafter's confidence at depth d: the chance that a tried node is accepted is
-estimated as min(1, c_d * q_node) (the drafter's top-k probabilities, corrected by what it achieved). Lookup and
-sampled nodes carry no confidence and use the per-depth rate accepted / tried.
+estimated as min(1, c_d * q_node) (the drafter's top-k probabilities, corrected by what it achieved). Sampled nodes
+carry no confidence and use the per-depth rate accepted / tried.
+
+A lookup branch is a span copied from the context: once its first node is right, the next is right as long as
+the copy goes on, about equally likely at any depth. So a lookup node whose parent is a lookup node (a
+continuation, sources "lookup+" / "copying+") is counted in one table pooled over depths, with one prior
+pseudo-node for all of them; only a branch's first node (its start) is counted per depth. Per-depth rates with a
+prior at every depth would value the tenth node of a copy that has always been accepted whole at about 0.7^9
+before the evidence reaches that depth, and evidence never reaches a depth the budget does not verify.
 
 Counts start from a weak prior (one pseudo-node per depth) and decay (old steps weigh less), so the model follows
 a call whose text changes; it lives on the drafter (`drafter.acceptance_model`) and is kept between calls.
@@ -21,8 +28,9 @@ from dataclasses import dataclass, field
 from ..verification.tree import DraftTree
 
 DECAY = 0.98  # weight of the past per recorded step
-# before any evidence, per depth; "copying": lookup nodes of a row whose previous step accepted a lookup node
-PRIOR_RATE = {"drafted": 0.5, "sampled": 0.5, "lookup": 0.3, "copying": 0.7}
+# before any evidence, per depth; "copying": lookup nodes of a row whose previous step accepted a lookup node;
+# "+": a lookup node under a lookup node (a copy going on), pooled over depths
+PRIOR_RATE = {"drafted": 0.5, "sampled": 0.5, "lookup": 0.3, "copying": 0.7, "lookup+": 0.8, "copying+": 0.8}
 
 
 @dataclass
@@ -61,11 +69,14 @@ class AcceptanceModel:
                 c.expected += q
 
     def rate(self, kind: str, depth: int) -> float:
-        """Accepted / tried at `depth` for nodes of `kind`, with one prior pseudo-node. A depth with no evidence yet
+        """Accepted / tried at `depth` for nodes of `kind`, with one prior pseudo-node; for a lookup continuation
+        ("+" kinds) accepted / tried over all depths, one prior pseudo-node in all. A depth with no evidence yet
         (under one node tried) takes the rate of the deepest shallower depth that has some: nodes the budget never
-        verified would otherwise keep the prior forever and, valued by it, never be verified (a copy run of the
-        lookup branch accepts about as often at depth 9 as at depth 2)."""
+        verified would otherwise keep the prior forever and, valued by it, never be verified."""
         table = self.counts[kind]
+        if kind.endswith("+"):
+            tried, accepted = sum(c.tried for c in table.values()), sum(c.accepted for c in table.values())
+            return (accepted + PRIOR_RATE[kind]) / (tried + 1.0)
         c = table.get(depth)
         if c is None or c.tried < 1.0:
             known = [d for d, x in table.items() if d < depth and x.tried >= 1.0]
@@ -94,8 +105,12 @@ class AcceptanceModel:
 
 
 def source(tree: DraftTree, node: int) -> str:
+    """Which table counts `node`: "drafted", "sampled", or a lookup node's: "lookup" / "copying" (the row's previous
+    step accepted a lookup node) for a branch's first node, with "+" for a node under another lookup node."""
     if tree.lookup[node]:
-        return "copying" if tree.copying else "lookup"
+        parent = tree.parents[node]
+        going_on = "+" if parent >= 0 and tree.lookup[parent] else ""
+        return ("copying" if tree.copying else "lookup") + going_on
     return "sampled" if tree.q_of[node] >= 0 else "drafted"
 
 
