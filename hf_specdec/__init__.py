@@ -23,6 +23,8 @@ from .models.dcoco import DCOCOCandidateGenerator, DCOCOConfig, DCOCODrafter
 from .models.lm_head_strides import fix_lm_head_strides
 from .models.loading import load_drafter
 from .models.pard import PardCandidateGenerator, PardConfig, PardDrafter
+from .models.pard_dblast import PardDBLASTCandidateGenerator, PardDBLASTConfig, PardDBLASTDrafter
+from .models.pard_dcoco import PardDCOCOCandidateGenerator, PardDCOCOConfig, PardDCOCODrafter
 from .models.registry import DrafterKind, KindCard, register_drafter_kind
 from .models.settings import DecodingSettings
 from .verification.stats import AcceptanceStats
@@ -52,6 +54,12 @@ __all__ = [
     "PardCandidateGenerator",
     "PardConfig",
     "PardDrafter",
+    "PardDBLASTCandidateGenerator",
+    "PardDBLASTConfig",
+    "PardDBLASTDrafter",
+    "PardDCOCOCandidateGenerator",
+    "PardDCOCOConfig",
+    "PardDCOCODrafter",
     "publish_drafter",
     "register_drafter_kind",
     "render_card",

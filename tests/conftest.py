@@ -67,7 +67,7 @@ class OracleScores:
     """Scores peak on the reference continuation; at `corrupt_at` the reference ranks `reference_rank` (0 = top)."""
 
     def draft_scores(self, input_ids, k):
-        hidden = self.draft_hidden(input_ids)[0, : k + 1]  # the real drafter pass runs (consumes the features)
+        hidden, _ = super().draft_scores(input_ids, k)  # the real drafter pass runs (features consumed, cache filled)
         ref, j = self.drafter.reference_for(input_ids)
         T = input_ids.shape[1]
         drafts = ref[0, T : T + k].tolist()

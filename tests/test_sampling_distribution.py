@@ -25,6 +25,8 @@ from hf_specdec import (
     DBLASTDrafter,
     DCOCODrafter,
     DecodingSettings,
+    PardDBLASTDrafter,
+    PardDCOCODrafter,
     PardDrafter,
 )
 from hf_specdec.decoding import step
@@ -50,6 +52,9 @@ CASES = {
     # a PARD drafter (a small causal LM of the same vocabulary plus a mask token)
     "pard chain": (DecodingSettings(budget="fixed"), 1.0, None),
     "pard siblings+lookup": (DecodingSettings(budget="fixed", sample_branches=3, prompt_lookup_tokens=2), 0.7, 5),
+    # heads on a PARD drafter: DCOCO's sampled walk, DBLAST's dependent block with posterior q
+    "pard dcoco walk": (DecodingSettings(budget="fixed", sample_branches=2), 1.0, None),
+    "pard dblast mixture": (DecodingSettings(budget="fixed", sample_branches=2), 0.8, None),
 }
 # step-cost curves (seconds per fed token count) pinned for the adaptive cases: verifying free (drafts every step),
 # or dear (a drafted step does not pay: the budget verifies nothing, then takes plain steps)
@@ -102,11 +107,13 @@ def run_case(name, drafter_cls=BlockDrafter, device="cpu"):
     if name.startswith("pard"):
         lm = tiny_target("llama", vocab=V, layers=1, seed=7, device=device)  # another model of the same vocabulary
         drafter = PardDrafter.from_causal_lm(lm, target, mask_token_id=V - 1, block_size=3).eval()
-    if name == "dcoco walk":
-        drafter = DCOCODrafter.from_block_drafter(drafter, corrector_candidates=4).eval()
+    if name.endswith("dcoco walk"):
+        make = PardDCOCODrafter.from_pard if name.startswith("pard") else DCOCODrafter.from_block_drafter
+        drafter = make(drafter, corrector_candidates=4).eval()
         torch.nn.init.normal_(drafter.corrector.scorer_out.weight, std=2.0)  # transitions that matter
-    if name == "dblast mixture":
-        drafter = DBLASTDrafter.from_block_drafter(drafter, mixture_components=3, mixture_rank=4).eval()
+    if name.endswith("dblast mixture"):
+        make = PardDBLASTDrafter.from_pard if name.startswith("pard") else DBLASTDrafter.from_block_drafter
+        drafter = make(drafter, mixture_components=3, mixture_rank=4).eval()
         torch.nn.init.normal_(drafter.mixture_head.up.weight, std=2.0)  # components that differ
     drafter.decoding = settings
     if name in CURVES:
@@ -193,7 +200,16 @@ def _pit(trees, transform=None):
 
 @pytest.mark.parametrize(
     "name",
-    ["chain", "siblings+lookup top-k", "dcoco walk", "dblast mixture", "adaptive budget", "pard siblings+lookup"],
+    [
+        "chain",
+        "siblings+lookup top-k",
+        "dcoco walk",
+        "dblast mixture",
+        "adaptive budget",
+        "pard siblings+lookup",
+        "pard dcoco walk",
+        "pard dblast mixture",
+    ],
 )
 def test_q_handed_to_acceptance_is_the_distribution_drafts_were_drawn_from(name):
     _, _, trees = cached_run(name)

@@ -1,4 +1,5 @@
-"""Training the DBLAST mixture head for expected verified length, on a frozen block-drafter backbone.
+"""Training the DBLAST mixture head for expected verified length, on a frozen backbone (a block drafter or a PARD
+drafter).
 
 The target's distribution at every training position (at the sampling temperature, top-m renormalised) is
 computed once and cached next to the features. Each step packs blocks like the DFlash recipe; along the data's
@@ -22,6 +23,9 @@ from transformers import AutoConfig, PreTrainedModel
 from ..models.block_drafter.modeling_block_drafter import BlockDrafter
 from ..models.dblast.configuration_dblast import DBLASTConfig
 from ..models.dblast.modeling_dblast import DBLASTDrafter
+from ..models.loading import load_drafter
+from ..models.pard import PardConfig
+from ..models.pard_dblast import PardDBLASTConfig, PardDBLASTDrafter
 from .config import MixtureTrainingConfig
 from .data import TrainingSequence
 from .losses import expected_verified_length_loss, mixture_nll
@@ -58,7 +62,7 @@ class MixtureTrainer(DrafterTrainer):
     supervised_key = "supervised_slots"
 
     @classmethod
-    def build_drafter(cls, config: MixtureTrainingConfig, target: PreTrainedModel) -> DBLASTDrafter:
+    def build_drafter(cls, config: MixtureTrainingConfig, target: PreTrainedModel) -> DBLASTDrafter | PardDBLASTDrafter:
         return load_dblast(config).to(target.device)
 
     @classmethod
@@ -110,15 +114,20 @@ class MixtureTrainer(DrafterTrainer):
         return {"head_parameters": sum(p.numel() for p in self.drafter.mixture_head.parameters())}
 
 
-def load_dblast(config: MixtureTrainingConfig) -> DBLASTDrafter:
-    """The DBLAST drafter to train (float32): a saved one, or a block drafter given a fresh mixture head."""
-    if AutoConfig.from_pretrained(config.drafter).model_type == DBLASTConfig.model_type:
-        return DBLASTDrafter.from_pretrained(config.drafter, dtype=torch.float32)
+def load_dblast(config: MixtureTrainingConfig) -> DBLASTDrafter | PardDBLASTDrafter:
+    """The drafter to train (float32): a saved one with a mixture head, or a block drafter or a PARD drafter given a
+    fresh head."""
+    model_type = AutoConfig.from_pretrained(config.drafter).model_type
+    if model_type in (DBLASTConfig.model_type, PardDBLASTConfig.model_type):
+        return load_drafter(config.drafter, dtype=torch.float32)
+    shape = {"mixture_components": config.mixture_components, "mixture_rank": config.mixture_rank}
+    if model_type == PardConfig.model_type:
+        base = load_drafter(config.drafter, dtype=torch.float32)
+        torch.manual_seed(config.seed)
+        return PardDBLASTDrafter.from_pard(base, **shape)
     base = BlockDrafter.from_pretrained(config.drafter, dtype=torch.float32)
     torch.manual_seed(config.seed)
-    return DBLASTDrafter.from_block_drafter(
-        base, mixture_components=config.mixture_components, mixture_rank=config.mixture_rank
-    )
+    return DBLASTDrafter.from_block_drafter(base, **shape)
 
 
 __all__ = ["MixtureTrainer", "cache_target_probs", "load_dblast"]

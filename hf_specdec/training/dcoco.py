@@ -1,4 +1,5 @@
-"""Training the DCOCO corrector on a frozen block-drafter backbone (teacher-forced candidate selection).
+"""Training the DCOCO corrector on a frozen backbone, a block drafter or a PARD drafter (teacher-forced candidate
+selection).
 
 For every packed training block, the backbone drafts all slots; each slot keeps its top-K candidates. The
 corrector scores the candidates of slot s + 1 given the *true* token at slot s (the anchor for slot 1), and the
@@ -15,6 +16,9 @@ from transformers import AutoConfig, PreTrainedModel
 from ..models.block_drafter.modeling_block_drafter import BlockDrafter
 from ..models.dcoco.configuration_dcoco import DCOCOConfig
 from ..models.dcoco.modeling_dcoco import DCOCODrafter
+from ..models.loading import load_drafter
+from ..models.pard import PardConfig
+from ..models.pard_dcoco import PardDCOCOConfig, PardDCOCODrafter
 from .config import CorrectorTrainingConfig
 from .data import TrainingSequence
 from .losses import dcoco_selection_loss, position_weights
@@ -28,7 +32,7 @@ class CorrectorTrainer(DrafterTrainer):
     supervised_key = "supervised_slots"
 
     @classmethod
-    def build_drafter(cls, config: CorrectorTrainingConfig, target: PreTrainedModel) -> DCOCODrafter:
+    def build_drafter(cls, config: CorrectorTrainingConfig, target: PreTrainedModel) -> DCOCODrafter | PardDCOCODrafter:
         return load_dcoco(config).to(target.device)
 
     def __init__(
@@ -80,10 +84,16 @@ class CorrectorTrainer(DrafterTrainer):
         return {"corrector_parameters": corrector, "candidate_recall": self.candidate_recall}
 
 
-def load_dcoco(config: CorrectorTrainingConfig) -> DCOCODrafter:
-    """The DCOCO drafter to train (float32): a saved one, or a block drafter given a fresh corrector."""
-    if AutoConfig.from_pretrained(config.drafter).model_type == DCOCOConfig.model_type:
-        return DCOCODrafter.from_pretrained(config.drafter, dtype=torch.float32)
+def load_dcoco(config: CorrectorTrainingConfig) -> DCOCODrafter | PardDCOCODrafter:
+    """The drafter to train (float32): a saved one with a corrector, or a block drafter or a PARD drafter given a
+    fresh corrector."""
+    model_type = AutoConfig.from_pretrained(config.drafter).model_type
+    if model_type in (DCOCOConfig.model_type, PardDCOCOConfig.model_type):
+        return load_drafter(config.drafter, dtype=torch.float32)
+    if model_type == PardConfig.model_type:
+        base = load_drafter(config.drafter, dtype=torch.float32)
+        torch.manual_seed(config.seed)
+        return PardDCOCODrafter.from_pard(base, corrector_candidates=config.corrector_candidates)
     base = BlockDrafter.from_pretrained(config.drafter, dtype=torch.float32)
     torch.manual_seed(config.seed)
     return DCOCODrafter.from_block_drafter(base, corrector_candidates=config.corrector_candidates)

@@ -10,7 +10,6 @@ was kept, so every kept copy's chain of earlier masks is there too.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
@@ -23,50 +22,8 @@ from ..models.pard import PardDrafter
 from .checkpoint import TrainableOnly, find_checkpoint, load_checkpoint, save_checkpoint
 from .config import PardTrainingConfig
 from .data import TrainingSequence
+from .pard_layout import PardLayout, conditional_drop_layout, layout_features
 from .trainer import DrafterTrainer
-
-
-@dataclass
-class PardLayout:
-    """One packed PARD training pass (N = T real tokens + kept mask copies)."""
-
-    depth: torch.LongTensor  # (N,) 0 for real tokens, d for a depth-d mask copy
-    slot: torch.LongTensor  # (N,) position t of the element
-    anchor: torch.LongTensor  # (N,) t - d: the last real token the element may see
-
-    def input_ids(self, ids: torch.LongTensor, mask_token_id: int) -> torch.LongTensor:
-        """(N,) real tokens at depth 0, the mask token elsewhere."""
-        return torch.where(self.depth == 0, ids[self.slot], torch.full_like(self.slot, mask_token_id))
-
-    def allowed(self) -> torch.Tensor:
-        """(N, N) element e may attend element f: a real token up to e's anchor, or a mask copy of e's anchor at a
-        depth up to e's own."""
-        e_anchor, e_depth = self.anchor[:, None], self.depth[:, None]
-        f_real, f_anchor, f_depth = (self.depth == 0)[None], self.anchor[None], self.depth[None]
-        real = f_real & (self.slot[None] <= e_anchor)
-        masks = ~f_real & (f_anchor == e_anchor) & (f_depth <= e_depth)
-        return real | masks
-
-
-def conditional_drop_layout(
-    length: int, block_size: int, ratio: float, floor: float, rng: torch.Generator | None = None
-) -> PardLayout:
-    """The real tokens plus, per depth d = 1..K-1, round(T * max(ratio^d, floor)) mask copies drawn from the slots
-    whose depth d-1 copy sits one slot earlier (ratio 1: every copy, PARD without conditional drop)."""
-    slots = [torch.arange(length)]  # depth 0: every real token
-    prev = torch.arange(length)
-    for d in range(1, block_size):
-        candidates = prev + 1
-        candidates = candidates[candidates < length]
-        keep = min(len(candidates), max(1, round(length * max(ratio**d, floor)))) if len(candidates) else 0
-        if keep == 0:
-            break
-        chosen = candidates[torch.randperm(len(candidates), generator=rng)[:keep]].sort().values
-        slots.append(chosen)
-        prev = chosen
-    depth = torch.cat([torch.full_like(s, d) for d, s in enumerate(slots)])
-    slot = torch.cat(slots)
-    return PardLayout(depth=depth, slot=slot, anchor=slot - depth)
 
 
 class PardTrainer(DrafterTrainer):
@@ -134,9 +91,7 @@ class PardTrainer(DrafterTrainer):
             return None
         if float(torch.rand((), generator=rng)) < self.config.feature_dropout:
             return None
-        feats = torch.cat([seq.features.new_zeros(1, seq.features.shape[1]), seq.features[:-1]])  # (T, L*H)
-        source = torch.where(layout.depth == 0, layout.slot, layout.anchor)
-        return feats[source].to(self.device, self.drafter.dtype)[None]
+        return layout_features(seq, layout).to(self.device, self.drafter.dtype)[None]
 
     # LoRA on a 0.5B model: checkpoints hold the trainable tensors only (megabytes, not gigabytes)
     def resume(self) -> bool:

@@ -1,9 +1,10 @@
 """What a finished run leaves in output_dir: the drafter (in the target's dtype), with LoRA also the adapter alone,
-and training_log.json."""
+for a head trained on a PARD drafter also the head alone, and training_log.json."""
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from .config import DrafterTrainingConfig
@@ -38,7 +39,8 @@ def training_log(trainer: DrafterTrainer, resumed: bool) -> dict:
 
 def save_drafter(config: DrafterTrainingConfig, trainer: DrafterTrainer, adapters=None) -> Path:
     """The trained drafter in the target's dtype to output_dir/drafter. With LoRA `adapters` the adapter alone goes
-    to output_dir/adapter and the merged drafter to output_dir/drafter."""
+    to output_dir/adapter and the merged drafter to output_dir/drafter. A head trained on a PARD drafter also goes
+    alone to output_dir/head (its config names the PARD drafter it was trained on, relative to that folder)."""
     drafter, out = trainer.drafter, Path(config.output_dir) / "drafter"
     if adapters is not None:
         from ..hub.adapter_card import write_adapter_card
@@ -50,7 +52,13 @@ def save_drafter(config: DrafterTrainingConfig, trainer: DrafterTrainer, adapter
         write_adapter_card(Path(config.output_dir) / "adapter")  # our card, not peft's empty template
         drafter = merge_lora(adapters)
     drafter.requires_grad_(True)  # heads were trained with a frozen backbone; the saved model is whole
-    drafter.to(trainer.target.dtype).save_pretrained(out)
+    drafter.to(trainer.target.dtype)
+    if getattr(drafter, "head_modules", ()) and config.drafter:  # a head on a PARD drafter: also the head alone
+        head = Path(config.output_dir) / "head"
+        under = Path(config.drafter)
+        backbone = os.path.relpath(under.resolve(), head.resolve()) if under.is_dir() else config.drafter
+        drafter.save_head_folder(head, backbone=backbone)
+    drafter.save_pretrained(out)
     return out
 
 

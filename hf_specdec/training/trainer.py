@@ -19,9 +19,11 @@ from transformers import PreTrainedModel
 
 from ..models.block_drafter.modeling_block_drafter import BlockDrafter
 from ..models.loading import load_drafter
+from ..models.pard import PardDrafter
 from .checkpoint import (
     MAY_CHANGE_ON_RESUME,
     NonFiniteError,
+    TrainableOnly,
     argument_changes,
     find_checkpoint,
     load_checkpoint,
@@ -36,6 +38,7 @@ from .data import TrainingSequence
 from .interrupts import StopAtStepEnd, TrainingInterrupted
 from .losses import default_gamma, dflash_decayed_cross_entropy
 from .packing import pack_blocks, sample_anchors
+from .pard_layout import block_states
 
 logger = logging.getLogger(__name__)
 
@@ -106,7 +109,9 @@ class DrafterTrainer:
         self.config, self.target, self.drafter, self.sequences = config, target, drafter, sequences
         self.target.requires_grad_(False)
         self.drafter.train()
-        self.embed = target.get_input_embeddings()
+        # a PARD drafter (and a head on one) reads its own embeddings; a block drafter the target's
+        self.pard = isinstance(drafter, PardDrafter)
+        self.embed = drafter.get_input_embeddings() if self.pard else target.get_input_embeddings()
         head = target.get_output_embeddings()
         self.head_weight = drafter.head_weight(head).detach()  # (Vd, H) frozen target rows the drafter scores
         self.label_index = None  # full id -> draft-vocabulary index (-100 outside it)
@@ -120,7 +125,7 @@ class DrafterTrainer:
         self.device = next(drafter.parameters()).device
         self.gamma = config.gamma or default_gamma(drafter.config.block_size)
         # bf16 targets: run the drafter's matmuls in bf16 too (float32 master weights and optimizer state)
-        self.autocast = self.head_weight.dtype == torch.bfloat16
+        self.autocast = (target.dtype if self.pard else self.head_weight.dtype) == torch.bfloat16
         params = [p for p in drafter.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
             params, lr=config.learning_rate, betas=(0.9, 0.95), weight_decay=config.weight_decay
@@ -152,13 +157,17 @@ class DrafterTrainer:
         return self.config.learning_rate * (0.1 + 0.45 * (1 + math.cos(math.pi * progress)))
 
     def packed_pass(self, seq: TrainingSequence, rng: torch.Generator):
-        """Random anchors of one sequence, their packed blocks, and the drafter's (n, K, H) hidden states of them."""
+        """Random anchors of one sequence, their packed blocks (labels, anchor ids), and the drafter's (n, K, H)
+        states of them: a block drafter's slots, or for a PARD drafter what a head reads
+        (`pard_layout.block_states`)."""
         K, T = self.drafter.config.block_size, seq.ids.shape[0]
         anchors = sample_anchors(T, seq.loss_start, K, self.config.anchors_per_sequence, rng)
         dtype, dev = self.drafter.dtype, self.device
         packed = pack_blocks(
             seq.ids, anchors, K, self.drafter.config.mask_token_id, seq.loss_start, dtype, seq.next_tokens
         )
+        if self.pard:
+            return anchors, packed, block_states(self.drafter, seq, anchors, dev)
         noise = self.embed(packed.block_ids.to(self.embed.weight.device)).to(dev, dtype)[None]  # (1, n*K, H)
         hidden = self.drafter(
             noise_embeds=noise,
@@ -253,14 +262,19 @@ class DrafterTrainer:
         if found is None:
             return False
         self.check_arguments(read_trainer_state(found).get("arguments"))
-        self.state = {**self.state, **load_checkpoint(found, self.drafter, self.optimizer)}
+        self.state = {**self.state, **load_checkpoint(found, self.checkpointed(), self.optimizer)}
         self.state["arguments"] = run_arguments(self.config)
         return True
 
     def save(self) -> None:
         if not self.processes.is_main_process:
             return
-        save_checkpoint(self.checkpoint_dir, self.drafter, self.optimizer, self.state)
+        save_checkpoint(self.checkpoint_dir, self.checkpointed(), self.optimizer, self.state)
+
+    def checkpointed(self):
+        """What a checkpoint holds: the whole drafter, or for a head on a frozen PARD drafter (a 0.5B LM) its
+        trainable parameters only (`TrainableOnly`)."""
+        return TrainableOnly(self.drafter) if self.pard else self.drafter
 
     def train(self, on_step_end: Callable[[int, float], None] | None = None) -> dict:
         """Run to `num_steps`, checkpointing on the way; returns the trainer state (losses, time, tokens).

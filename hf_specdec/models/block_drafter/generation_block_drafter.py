@@ -153,6 +153,11 @@ class BlockDraftCandidateGenerator(CandidateGenerator):
         head = self.head_weight  # (Vd, H), the target's dtype
         return hidden, F.linear(hidden[1:].to(device=head.device, dtype=head.dtype), head, self.head_bias)
 
+    def block_states(self, input_ids: torch.LongTensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """What a head on top of the drafter (DCOCO's corrector, DBLAST's mixture) reads: (k + 1, H) states of the
+        anchor and of drafted slots 1..k, and (k, Vd) the slots' scores. A block drafter's are its own slots'."""
+        return self.draft_scores(input_ids, k)
+
     def draft_logits(self, input_ids: torch.LongTensor, k: int) -> torch.Tensor:
         """(k, Vd) scores of block positions 1..k over the draft vocabulary."""
         return self.draft_scores(input_ids, k)[1]

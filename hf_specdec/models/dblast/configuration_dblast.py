@@ -30,11 +30,16 @@ class DBLASTConfig(BlockDrafterConfig):
 
     def validate_drafter(self) -> None:
         super().validate_drafter()
-        if self.mixture_components < 1 or self.mixture_rank < 1:
-            raise ValueError(
-                f"mixture_components and mixture_rank must be >= 1, got {self.mixture_components} and "
-                f"{self.mixture_rank}"
-            )
+        check_mixture_shape(self)
 
 
-__all__ = ["DBLASTConfig"]
+def check_mixture_shape(config) -> None:
+    """Range checks of a mixture head's shape (any config with `mixture_components` and `mixture_rank`)."""
+    if config.mixture_components < 1 or config.mixture_rank < 1:
+        raise ValueError(
+            f"mixture_components and mixture_rank must be >= 1, got {config.mixture_components} and "
+            f"{config.mixture_rank}"
+        )
+
+
+__all__ = ["DBLASTConfig", "check_mixture_shape"]

@@ -19,7 +19,7 @@ from .mixture import greedy_component, sample_block
 class DBLASTCandidateGenerator(BlockDraftCandidateGenerator):
     def mixture(self, input_ids: torch.LongTensor, k: int, temperature: float = 1.0):
         """(R,) log pi and (k, R, Vd) log q_s(.|z) of the next block (component logits scaled by 1/temperature)."""
-        hidden, unary = self.draft_scores(input_ids, k)  # (k + 1, H), (k, Vd)
+        hidden, unary = self.block_states(input_ids, k)  # (k + 1, H), (k, Vd)
         log_pi, logq = self.drafter.mixture(hidden, unary)
         if temperature != 1.0:
             logq = torch.log_softmax(logq / temperature, dim=-1)

@@ -34,7 +34,20 @@ class LatentMixtureHead(nn.Module):
         return log_pi, self.up(low)
 
 
-class DBLASTDrafter(BlockDrafter):
+class MixtureDraft:
+    """What a mixture head adds to a drafter of any backbone (this folder's block drafter, or a PARD drafter in
+    `models/pard_dblast`): the block's mixture. Needs `self.mixture_head`."""
+
+    mixture_head: LatentMixtureHead
+
+    def mixture(self, hidden: torch.Tensor, unary: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(R,) log pi and (k, R, V) log q_s(. | z) of one block from (k + 1, d) hidden states and (k, V) logits."""
+        dtype = self.mixture_head.down.weight.dtype
+        log_pi, offsets = self.mixture_head(hidden[0].to(dtype), hidden[1:].to(dtype))
+        return log_pi, torch.log_softmax(unary.float()[:, None, :] + offsets.float(), dim=-1)
+
+
+class DBLASTDrafter(MixtureDraft, BlockDrafter):
     """`BlockDrafter` + `LatentMixtureHead`. Build one from a trained block drafter with `from_block_drafter`."""
 
     config_class = DBLASTConfig
@@ -56,11 +69,5 @@ class DBLASTDrafter(BlockDrafter):
         """A DBLAST drafter with `drafter`'s weights as its backbone and a fresh head (drafting like the backbone)."""
         return cls.with_backbone(drafter, "mixture_head.", **head_kwargs)
 
-    def mixture(self, hidden: torch.Tensor, unary: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(R,) log pi and (k, R, V) log q_s(. | z) of one block from (k + 1, d) hidden states and (k, V) logits."""
-        dtype = self.mixture_head.down.weight.dtype
-        log_pi, offsets = self.mixture_head(hidden[0].to(dtype), hidden[1:].to(dtype))
-        return log_pi, torch.log_softmax(unary.float()[:, None, :] + offsets.float(), dim=-1)
 
-
-__all__ = ["DBLASTDrafter", "LatentMixtureHead"]
+__all__ = ["DBLASTDrafter", "LatentMixtureHead", "MixtureDraft"]

@@ -34,14 +34,19 @@ class DCOCOConfig(BlockDrafterConfig):
 
     def validate_drafter(self) -> None:
         super().validate_drafter()
-        for name in ("corrector_candidates", "candidate_width", "pair_width", "scorer_hidden"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.draft_vocab_size is not None and self.corrector_candidates > self.draft_vocab_size:
-            raise ValueError(
-                f"corrector_candidates ({self.corrector_candidates}) exceeds the draft vocabulary "
-                f"({self.draft_vocab_size}); lower it."
-            )
+        check_corrector_shape(self)
 
 
-__all__ = ["DCOCOConfig"]
+def check_corrector_shape(config) -> None:
+    """Range checks of a corrector's shape (any config with the four fields above and `draft_vocab_size`)."""
+    for name in ("corrector_candidates", "candidate_width", "pair_width", "scorer_hidden"):
+        if getattr(config, name) < 1:
+            raise ValueError(f"{name} must be >= 1, got {getattr(config, name)}")
+    if config.draft_vocab_size is not None and config.corrector_candidates > config.draft_vocab_size:
+        raise ValueError(
+            f"corrector_candidates ({config.corrector_candidates}) exceeds the draft vocabulary "
+            f"({config.draft_vocab_size}); lower it."
+        )
+
+
+__all__ = ["DCOCOConfig", "check_corrector_shape"]

@@ -19,7 +19,7 @@ from .walk import conditional_log_probs, prefix_first_walk, sampled_walk
 
 class DCOCOCandidateGenerator(BlockDraftCandidateGenerator):
     def corrector_scores(self, input_ids: torch.LongTensor, k: int) -> CorrectorScores:
-        hidden, unary = self.draft_scores(input_ids, k)  # (k + 1, H), (k, Vd)
+        hidden, unary = self.block_states(input_ids, k)  # (k + 1, H), (k, Vd)
         anchor = self.embed(input_ids[0, -1:].to(self.embed.weight.device))[0]  # (H,)
         return self.drafter.corrector_scores(hidden, unary, anchor, self.embed)
 

@@ -77,20 +77,12 @@ class ContextualCorrector(nn.Module):
         return self.scorer_out(hidden).view(n, I, J)
 
 
-class DCOCODrafter(BlockDrafter):
-    """`BlockDrafter` + `ContextualCorrector`. Build one from a trained block drafter with `from_block_drafter`."""
+class CorrectedDraft:
+    """What a corrector adds to a drafter of any backbone (this folder's block drafter, or a PARD drafter in
+    `models/pard_dcoco`): `corrector_scores` over one block. Needs `self.corrector`, `self.config`'s corrector
+    shape and `self.draft_vocab`."""
 
-    config_class = DCOCOConfig
-
-    def __init__(self, config: DCOCOConfig) -> None:
-        super().__init__(config)
-        self.corrector = ContextualCorrector(config)
-        self.post_init()
-
-    @classmethod
-    def from_block_drafter(cls, drafter: BlockDrafter, **corrector_kwargs) -> DCOCODrafter:
-        """A DCOCO drafter with `drafter`'s weights as its backbone and a fresh corrector."""
-        return cls.with_backbone(drafter, "corrector.", **corrector_kwargs)
+    corrector: ContextualCorrector
 
     def corrector_scores(
         self, hidden: torch.Tensor, unary: torch.Tensor, anchor_embed: torch.Tensor, embed: nn.Module
@@ -100,8 +92,8 @@ class DCOCODrafter(BlockDrafter):
         Args:
             hidden: (k + 1, d) drafter hidden states of the anchor and the k drafted slots.
             unary: (k, Vd) drafter scores of the drafted slots (draft vocabulary).
-            anchor_embed: (d,) target embedding of the anchor token.
-            embed: the target's input embeddings (candidate token embeddings).
+            anchor_embed: (d,) embedding of the anchor token (by `embed`).
+            embed: the token embeddings candidates are read with (the target's for a block drafter).
         """
         k = unary.shape[0]
         K = min(self.config.corrector_candidates, unary.shape[-1])
@@ -119,4 +111,20 @@ class DCOCODrafter(BlockDrafter):
         return CorrectorScores(ids, first, logq[1:, None, :] + trans)
 
 
-__all__ = ["ContextualCorrector", "CorrectorScores", "DCOCODrafter"]
+class DCOCODrafter(CorrectedDraft, BlockDrafter):
+    """`BlockDrafter` + `ContextualCorrector`. Build one from a trained block drafter with `from_block_drafter`."""
+
+    config_class = DCOCOConfig
+
+    def __init__(self, config: DCOCOConfig) -> None:
+        super().__init__(config)
+        self.corrector = ContextualCorrector(config)
+        self.post_init()
+
+    @classmethod
+    def from_block_drafter(cls, drafter: BlockDrafter, **corrector_kwargs) -> DCOCODrafter:
+        """A DCOCO drafter with `drafter`'s weights as its backbone and a fresh corrector."""
+        return cls.with_backbone(drafter, "corrector.", **corrector_kwargs)
+
+
+__all__ = ["ContextualCorrector", "CorrectedDraft", "CorrectorScores", "DCOCODrafter"]

@@ -33,6 +33,8 @@ class PardConfig(PreTrainedConfig):
             most frequent target tokens): the head is a third of a 0.5B model's weights, so this cuts the pass that
             much. Lossless: the target verifies over its whole vocabulary.
         decoding: decode-time settings (`hf_specdec.DecodingSettings` as a dict), read and set as `drafter.decoding`.
+        backbone: for a PARD drafter with a head (`models/pard_dcoco`, `models/pard_dblast`) saved as the head alone:
+            the PARD drafter it sits on (a folder, relative to this one or not, or a Hub id); None otherwise.
     """
 
     model_type = "hf_specdec_pard"
@@ -53,6 +55,7 @@ class PardConfig(PreTrainedConfig):
     draft_vocab_size: int | None = None
     tie_word_embeddings: bool = False
     decoding: dict | None = None
+    backbone: str | None = None
 
     def __post_init__(self, **kwargs):
         if self.base_config is not None:

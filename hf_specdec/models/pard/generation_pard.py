@@ -56,6 +56,7 @@ class PardCandidateGenerator(BlockDraftCandidateGenerator):
         self.stopping_criteria = StoppingCriteriaList(extra) if extra else None
         self.vocab_size = target.get_output_embeddings().weight.shape[0]
         lm_head = drafter.get_output_embeddings()
+        self.embed = drafter.get_input_embeddings()  # token embeddings in the drafter's width (what heads read)
         # (Vd,) ids the drafter's head scores (its draft vocabulary), or None for every id the target has
         self.draft_vocab = None if drafter.draft_vocab is None else drafter.draft_vocab.to(lm_head.weight.device)
         self.head_weight = drafter.head_weight()[: self.vocab_size]  # (Vd, H): rows past the target's never win
@@ -128,6 +129,14 @@ class PardCandidateGenerator(BlockDraftCandidateGenerator):
             return ready[0][:k], ready[1][:k]
         hidden = self.draft_hidden(input_ids)[0, :k]  # (k, H)
         return hidden, F.linear(hidden, self.head_weight, self.head_bias)
+
+    def block_states(self, input_ids: torch.LongTensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(k + 1, H) states a head reads (`models/pard_dcoco`, `models/pard_dblast`) and (k, Vd) draft scores. A
+        causal LM's output at a position both ends its token and predicts the next, so the anchor's state is the
+        output at the anchor and slot s's is the output that predicts it: the anchor's again for slot 1, mask
+        s - 1's after."""
+        hidden, scores = self.draft_scores(input_ids, k)  # (k, H), (k, Vd)
+        return torch.cat([hidden[:1], hidden]), scores
 
     def _take_ready(self, input_ids: torch.LongTensor) -> tuple[torch.Tensor, torch.Tensor] | None:
         """The outputs `draft_rows` left for these committed tokens, once; None when there are none."""
