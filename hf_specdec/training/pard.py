@@ -57,18 +57,12 @@ class PardTrainer(DrafterTrainer):
             )
         return drafter.to(device=target.device, dtype=torch.float32)
 
-    def __init__(self, config, target, drafter, sequences) -> None:
-        super().__init__(config, target, drafter, sequences)
-        self.autocast = target.dtype == torch.bfloat16  # bf16 matmuls, float32 master weights
-
     def sequence_loss(self, seq: TrainingSequence, rng: torch.Generator) -> tuple[torch.Tensor, int]:
         """Mean cross-entropy of one sequence's packed pass, and how many labels it had."""
         cfg, dev = self.drafter.config, self.device
         T = seq.ids.shape[0]
         layout = conditional_drop_layout(T, cfg.block_size, self.config.cod_ratio, self.config.cod_floor, rng)
         ids = layout.input_ids(seq.ids, cfg.mask_token_id).to(dev)[None]  # (1, N)
-        mask = torch.zeros(layout.slot.shape[0], layout.slot.shape[0], device=dev)  # (N, N) additive
-        mask.masked_fill_(~layout.allowed().to(dev), torch.finfo(mask.dtype).min)
         labels_by_slot = seq.ids[1:] if seq.next_tokens is None else seq.next_tokens[:-1]  # (T-1,) label of slot t
         labels = torch.full_like(layout.slot, -100)  # (N,)
         ok = (layout.slot < T - 1) & (layout.slot >= seq.loss_start - 1)
@@ -77,7 +71,7 @@ class PardTrainer(DrafterTrainer):
         hidden = self.drafter(
             ids,
             position_ids=layout.slot.to(dev)[None],
-            attention_mask=mask[None, None].to(self.drafter.dtype),
+            attention_mask=layout.additive_mask(dev, self.drafter.dtype),
             features=features,
         ).last_hidden_state[0]  # (N, H)
         rows = labels != -100

@@ -40,6 +40,12 @@ class PardLayout:
         masks = ~f_real & (f_anchor == e_anchor) & (f_depth <= e_depth)
         return real | masks
 
+    def additive_mask(self, device, dtype) -> torch.Tensor:
+        """(1, 1, N, N) `allowed` as an additive attention mask: 0 where allowed, the dtype's minimum elsewhere."""
+        mask = torch.zeros(self.slot.shape[0], self.slot.shape[0], device=device)  # (N, N)
+        mask.masked_fill_(~self.allowed().to(device), torch.finfo(mask.dtype).min)
+        return mask[None, None].to(dtype)
+
 
 def conditional_drop_layout(
     length: int, block_size: int, ratio: float, floor: float, rng: torch.Generator | None = None
@@ -87,15 +93,13 @@ def block_states(drafter, seq: TrainingSequence, anchors: torch.LongTensor, devi
     K, T, n = drafter.config.block_size, seq.ids.shape[0], len(anchors)
     layout = block_layout(T, anchors, K)
     ids = layout.input_ids(seq.ids, drafter.config.mask_token_id).to(device)[None]  # (1, N)
-    mask = torch.zeros(layout.slot.shape[0], layout.slot.shape[0], device=device)  # (N, N) additive
-    mask.masked_fill_(~layout.allowed().to(device), torch.finfo(mask.dtype).min)
     features = None
     if drafter.feature_proj is not None:
         features = layout_features(seq, layout).to(device, drafter.dtype)[None]  # (1, N, L*H)
     hidden = drafter(
         ids,
         position_ids=layout.slot.to(device)[None],
-        attention_mask=mask[None, None].to(drafter.dtype),
+        attention_mask=layout.additive_mask(device, drafter.dtype),
         features=features,
     ).last_hidden_state[0]  # (N, H)
     at_anchor = hidden[anchors.to(device)][:, None]  # (n, 1, H)
