@@ -287,6 +287,38 @@ def test_a_copy_accepted_whole_is_verified_whole_on_the_measured_curve():
     assert sum(kept.lookup) == 10
 
 
+def test_siblings_share_one_position_and_a_copy_going_on_comes_first():
+    """At most one child of a node is accepted, so siblings' chances given the parent sum to at most 1: on a copying
+    step a drafted sibling of a copy's node is worth the chance that the copy breaks there, not the drafter's own
+    confidence; elsewhere the likelier child keeps its chance and the other gets what is left."""
+    from hf_specdec.decoding.acceptance_model import siblings_share
+
+    assert siblings_share([-1, -1], [0.6, 0.9], [False, True]) == pytest.approx([0.1, 0.9])
+    assert siblings_share([-1, -1], [0.6, 0.9], [False, False]) == pytest.approx([0.1, 0.9])
+    assert siblings_share([-1, -1, 0, 0], [0.9, 0.3, 0.7, 0.7], [False] * 4) == pytest.approx([0.9, 0.1, 0.7, 0.3])
+    from hf_specdec.verification.tree import DraftTree
+
+    copy = DraftTree()
+    copy.add_chain(list(range(10, 20)), merge=False)
+    copy.copying = True
+    model = AcceptanceModel()
+    for _ in range(3):
+        model.record(copy, list(range(10)))
+    tree = best_first_tree([[-0.05, -1.0]] * 4, [[5, 6]] * 4, 6)  # a chain and siblings the drafter likes
+    tree.add_chain([6, 30, 31, 32], merge=True)  # the copy agrees with the drafter's second choice at depth 1
+    tree.copying = True
+    values = model.node_values(tree)
+    copy_start = next(i for i in range(len(tree)) if tree.copied[i])
+    assert tree.tokens[copy_start] == 6 and not tree.lookup[copy_start]
+    assert values[copy_start] > 0.9  # the copy's estimate, not the drafter's q of its second choice (0.37)
+    drafted_top = tree.tokens.index(5)
+    assert values[drafted_top] < 0.1  # the chance the copy breaks at depth 1
+    costs = StepCostModel("xeon")
+    costs.pin({1: 0.285, 8: 0.296, 9: 0.334, 14: 0.338, 15: 0.383, 19: 0.383})
+    kept = Budget(costs, model, draft_seconds=0.09).choose([tree], 1)[0]
+    assert [kept.tokens[i] for i in range(len(kept)) if kept.from_lookup(i)] == [6, 30, 31, 32]
+
+
 def test_a_first_try_at_a_load_asks_the_models_and_catch_up_passes_are_not_drafter_samples():
     """At a load never drafted in this call, with the drafter's cost and typical drafts known from before, drafting
     starts only where the models give it a chance (a size with no estimate counts as cheap as one token, the hopeful

@@ -16,6 +16,11 @@ pseudo-node for all of them; only a branch's first node (its start) is counted p
 prior at every depth would value the tenth node of a copy that has always been accepted whole at about 0.7^9
 before the evidence reaches that depth, and evidence never reaches a depth the budget does not verify.
 
+A node's chance is estimated given its parent; siblings share one position (at most one of them is accepted), so
+their chances are capped to sum to 1, a copy's node first on a copying step (`siblings_share`): beside a copy that
+goes on, a drafted sibling is worth the chance that the copy breaks there. A node both the drafter and the copy
+proposed (merged in a greedy trie) is counted in both tables and valued by the likelier of the two estimates.
+
 Counts start from a weak prior (one pseudo-node per depth) and decay (old steps weigh less), so the model follows
 a call whose text changes; it lives on the drafter (`drafter.acceptance_model`) and is kept between calls.
 """
@@ -61,12 +66,14 @@ class AcceptanceModel:
         for i, parent in enumerate(tree.parents):
             if parent >= 0 and parent not in accepted:
                 continue
-            c = self.counts[source(tree, i)].setdefault(depths[i], DepthCounts())
-            c.tried += 1
-            c.accepted += i in accepted
-            q = conditional_q(tree, i)
-            if q is not None:
-                c.expected += q
+            kinds = [source(tree, i)] + ([lookup_source(tree, i)] if tree.copied[i] else [])
+            for kind in kinds:  # a node both proposed is evidence for the drafter and for the copy
+                c = self.counts[kind].setdefault(depths[i], DepthCounts())
+                c.tried += 1
+                c.accepted += i in accepted
+                q = conditional_q(tree, i) if kind == kinds[0] else None
+                if q is not None:
+                    c.expected += q
 
     def rate(self, kind: str, depth: int) -> float:
         """Accepted / tried at `depth` for nodes of `kind`, with one prior pseudo-node; for a lookup continuation
@@ -89,14 +96,22 @@ class AcceptanceModel:
         return (c.accepted + 1.0) / (c.expected + 1.0)
 
     def node_values(self, tree: DraftTree) -> list[float]:
-        """Estimated probability that each node is accepted (its path is): a product down the path of
-        min(1, c_d * q) for best-first nodes and the per-depth rate for the others. Never above the parent's."""
+        """Estimated probability that each node is accepted (its path is): a product down the path of each node's
+        chance given its parent, min(1, c_d * q) for best-first nodes and the rate of its source for the others,
+        shared among siblings (`siblings_share`; in a row copying a span, its lookup nodes first). Never above the
+        parent's."""
         depths = tree.depths()
+        given_parent = [0.0] * len(tree)
+        for i in range(len(tree)):
+            kind, q = source(tree, i), conditional_q(tree, i)
+            given_parent[i] = self.rate(kind, depths[i]) if q is None else min(1.0, self.calibration(depths[i]) * q)
+            if tree.copied[i]:  # the copy proposed it too: the likelier of the two estimates
+                given_parent[i] = max(given_parent[i], self.rate(lookup_source(tree, i), depths[i]))
+        first = [tree.copying and tree.from_lookup(i) for i in range(len(tree))]
+        given_parent = siblings_share(tree.parents, given_parent, first)
         values: list[float] = []
         for i, parent in enumerate(tree.parents):
-            kind, q = source(tree, i), conditional_q(tree, i)
-            step = self.rate(kind, depths[i]) if q is None else min(1.0, self.calibration(depths[i]) * q)
-            values.append((1.0 if parent < 0 else values[parent]) * step)
+            values.append((1.0 if parent < 0 else values[parent]) * given_parent[i])
         return values
 
     def reset(self) -> None:
@@ -104,14 +119,38 @@ class AcceptanceModel:
         self.schedule, self.draft_seconds, self.typical = {}, [], []
 
 
+def siblings_share(parents: list[int], given_parent: list[float], first: list[bool]) -> list[float]:
+    """At most one child of a node is accepted (each position commits one token), so the children's chances given
+    their parent sum to at most 1: children marked `first` (a copy's lookup nodes), then the likeliest, keep their
+    own chance, each next one at most what those before it leave. A copy going on (a lookup node at 0.9) leaves a
+    drafted sibling 0.1, the chance that the copy breaks there, instead of the drafter's own confidence, which
+    counted as if the copy were not there."""
+    shared = list(given_parent)
+    children: dict[int, list[int]] = {}
+    for i, parent in enumerate(parents):
+        children.setdefault(parent, []).append(i)
+    for kids in children.values():
+        left = 1.0
+        for i in sorted(kids, key=lambda k: (not first[k], -given_parent[k], k)):
+            shared[i] = min(given_parent[i], left)
+            left = max(0.0, left - shared[i])
+    return shared
+
+
 def source(tree: DraftTree, node: int) -> str:
-    """Which table counts `node`: "drafted", "sampled", or a lookup node's: "lookup" / "copying" (the row's previous
-    step accepted a lookup node) for a branch's first node, with "+" for a node under another lookup node."""
+    """Which table counts `node`: "drafted", "sampled", or for a node only the lookup branch proposed its
+    `lookup_source`."""
     if tree.lookup[node]:
-        parent = tree.parents[node]
-        going_on = "+" if parent >= 0 and tree.lookup[parent] else ""
-        return ("copying" if tree.copying else "lookup") + going_on
+        return lookup_source(tree, node)
     return "sampled" if tree.q_of[node] >= 0 else "drafted"
+
+
+def lookup_source(tree: DraftTree, node: int) -> str:
+    """The table of a node the lookup branch proposed: "lookup" / "copying" (the row's previous step accepted a
+    lookup node) for a branch's first node, with "+" for a node under another node the lookup branch proposed."""
+    parent = tree.parents[node]
+    going_on = "+" if parent >= 0 and tree.from_lookup(parent) else ""
+    return ("copying" if tree.copying else "lookup") + going_on
 
 
 def conditional_q(tree: DraftTree, node: int) -> float | None:
@@ -133,4 +172,4 @@ def acceptance_model_of(drafter) -> AcceptanceModel:
     return model
 
 
-__all__ = ["AcceptanceModel", "acceptance_model_of", "conditional_q", "source"]
+__all__ = ["AcceptanceModel", "acceptance_model_of", "conditional_q", "lookup_source", "siblings_share", "source"]

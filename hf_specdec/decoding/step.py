@@ -77,7 +77,7 @@ def speculative_step(batch: SpeculativeBatch) -> None:
         else:
             path, bonus = greedy_acceptance(tree, processed.argmax(dim=-1).tolist())
         row.generator.stats.record(len(tree), len(path))
-        row.copying = any(tree.lookup[c] for c in path)
+        row.copying = any(tree.from_lookup(c) for c in path)
         if budget is not None:
             budget.acceptance.record(tree, path)
         # 5) commit

@@ -31,6 +31,7 @@ class DraftTree:
         logq: for nodes of a best-first tree, the drafter's log-probability of the path to the node (the sum of its
             per-depth log q); None for other nodes (prompt lookup, samples). The adaptive budget reads it.
         lookup: True for nodes that only the prompt-lookup branch proposed.
+        copied: True for nodes the drafter and the prompt-lookup branch both proposed (merged in a greedy trie).
         copying: the row's previous step accepted a prompt-lookup node (it is copying a span); the adaptive budget
             values this tree's lookup nodes from that regime's acceptance.
     """
@@ -41,25 +42,40 @@ class DraftTree:
     q: torch.Tensor | None = None
     logq: list[float | None] = field(default_factory=list)
     lookup: list[bool] = field(default_factory=list)
+    copied: list[bool] = field(default_factory=list)
     copying: bool = False
 
     def __len__(self) -> int:
         return len(self.tokens)
 
-    def add(self, token: int, parent: int, q_row: int = -1, logq: float | None = None, lookup: bool = False) -> int:
+    def add(
+        self,
+        token: int,
+        parent: int,
+        q_row: int = -1,
+        logq: float | None = None,
+        lookup: bool = False,
+        copied: bool = False,
+    ) -> int:
         self.tokens.append(int(token))
         self.parents.append(int(parent))
         self.q_of.append(int(q_row))
         self.logq.append(logq)
         self.lookup.append(lookup)
+        self.copied.append(copied)
         return len(self.tokens) - 1
+
+    def from_lookup(self, node: int) -> bool:
+        """Whether the prompt-lookup branch proposed `node` (alone or with the drafter)."""
+        return self.lookup[node] or self.copied[node]
 
     def keep(self, nodes: list[int]) -> DraftTree:
         """The subtree of `nodes` (every node's parent among them), renumbered in their order, parents first."""
         index = {-1: -1}
         out = DraftTree(q=self.q, copying=self.copying)
         for i in sorted(nodes):
-            index[i] = out.add(self.tokens[i], index[self.parents[i]], self.q_of[i], self.logq[i], self.lookup[i])
+            parent = index[self.parents[i]]
+            index[i] = out.add(self.tokens[i], parent, self.q_of[i], self.logq[i], self.lookup[i], self.copied[i])
         return out
 
     def children(self) -> list[list[int]]:
@@ -117,6 +133,8 @@ class DraftTree:
                 if merge:
                     kids.append([])
                     kids[parent + 1].append(existing)
+            elif not self.lookup[existing]:
+                self.copied[existing] = True
             parent = existing
 
 
