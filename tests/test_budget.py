@@ -295,6 +295,7 @@ def test_siblings_share_one_position_and_a_copy_going_on_comes_first():
 
     assert siblings_share([-1, -1], [0.6, 0.9], [False, True]) == pytest.approx([0.1, 0.9])
     assert siblings_share([-1, -1], [0.6, 0.9], [False, False]) == pytest.approx([0.1, 0.9])
+    assert siblings_share([-1, -1], [0.95, 0.6], [False, True]) == pytest.approx([0.4, 0.6])  # the copy first
     assert siblings_share([-1, -1, 0, 0], [0.9, 0.3, 0.7, 0.7], [False] * 4) == pytest.approx([0.9, 0.1, 0.7, 0.3])
     from hf_specdec.verification.tree import DraftTree
 

@@ -10,8 +10,8 @@ estimated as min(1, c_d * q_node) (the drafter's top-k probabilities, corrected 
 carry no confidence and use the per-depth rate accepted / tried.
 
 A lookup branch is a span copied from the context: once its first node is right, the next is right as long as
-the copy goes on, about equally likely at any depth. So a lookup node whose parent is a lookup node (a
-continuation, sources "lookup+" / "copying+") is counted in one table pooled over depths, with one prior
+the copy goes on, about equally likely at any depth. So a lookup node whose parent the lookup branch proposed too
+(a continuation, sources "lookup+" / "copying+") is counted in one table pooled over depths, with one prior
 pseudo-node for all of them; only a branch's first node (its start) is counted per depth. Per-depth rates with a
 prior at every depth would value the tenth node of a copy that has always been accepted whole at about 0.7^9
 before the evidence reaches that depth, and evidence never reaches a depth the budget does not verify.
@@ -34,7 +34,7 @@ from ..verification.tree import DraftTree
 
 DECAY = 0.98  # weight of the past per recorded step
 # before any evidence, per depth; "copying": lookup nodes of a row whose previous step accepted a lookup node;
-# "+": a lookup node under a lookup node (a copy going on), pooled over depths
+# "+": a lookup node under a node the lookup branch proposed (a copy going on), pooled over depths
 PRIOR_RATE = {"drafted": 0.5, "sampled": 0.5, "lookup": 0.3, "copying": 0.7, "lookup+": 0.8, "copying+": 0.8}
 
 
@@ -47,7 +47,7 @@ class DepthCounts:
 
 @dataclass
 class AcceptanceModel:
-    """Per-depth acceptance counts for each node source ("drafted", "sampled", "lookup")."""
+    """Per-depth acceptance counts for each node source (the keys of `PRIOR_RATE`)."""
 
     counts: dict[str, dict[int, DepthCounts]] = field(default_factory=lambda: {k: {} for k in PRIOR_RATE})
     # per batch size: [plain steps left before the next probe, plain steps after the next failed probe]; kept with
@@ -67,11 +67,11 @@ class AcceptanceModel:
             if parent >= 0 and parent not in accepted:
                 continue
             kinds = [source(tree, i)] + ([lookup_source(tree, i)] if tree.copied[i] else [])
-            for kind in kinds:  # a node both proposed is evidence for the drafter and for the copy
+            for n, kind in enumerate(kinds):  # a node both proposed is evidence for the drafter and for the copy
                 c = self.counts[kind].setdefault(depths[i], DepthCounts())
                 c.tried += 1
                 c.accepted += i in accepted
-                q = conditional_q(tree, i) if kind == kinds[0] else None
+                q = conditional_q(tree, i) if n == 0 else None
                 if q is not None:
                     c.expected += q
 

@@ -46,7 +46,7 @@ class Row:
     padding: torch.LongTensor | None = None  # (1, P) left padding plain batched generate shows its processors
     processors: LogitsProcessorList | None = None  # the call's processors as they apply to this row
     done: bool = False
-    copying: bool = False  # its last step accepted a prompt-lookup node (the budget values lookup nodes by it)
+    copying: bool = False  # its last step accepted a node the prompt-lookup branch proposed (the budget reads it)
     new_tokens: list[int] = field(default_factory=list)
     scores: list[torch.Tensor] | None = None  # (1, V) processed rows of committed tokens, when asked for
     logits: list[torch.Tensor] | None = None  # (1, V) raw rows of committed tokens, when asked for
