@@ -221,3 +221,29 @@ def test_a_head_trains_on_a_pard_drafter_and_saves_a_loadable_head(tmp_path, kin
         torch.testing.assert_close(tensor.float(), head.state_dict()[name].float(), atol=1e-2, rtol=1e-2)
     saved = load_file(str(tmp_path / "run" / "checkpoint" / "model.safetensors"))  # the head's tensors only
     assert saved and all(name.split(".")[0] in head.head_modules for name in saved)
+
+
+def test_the_shipped_dblast_head_sits_on_the_shipped_pard_drafter():
+    """drafters/qwen2.5-coder-1.5b-pard-dblast holds the head alone: its config names the shipped PARD drafter as its
+    backbone (relative to the head's folder), and its tensors have the shapes that config and the drafter's give.
+    (Building it whole needs the offline 0.5B, which the benchmark's runs load.)"""
+    from pathlib import Path
+
+    from safetensors import safe_open
+    from transformers import AutoConfig
+
+    folder = Path(__file__).resolve().parents[1] / "drafters/qwen2.5-coder-1.5b-pard-dblast"
+    config = AutoConfig.from_pretrained(folder)
+    backbone = AutoConfig.from_pretrained(folder / config.backbone)
+    assert (config.model_type, backbone.model_type) == ("hf_specdec_pard_dblast", "hf_specdec_pard")
+    assert (config.base_model, config.mask_token_id) == (backbone.base_model, backbone.mask_token_id)
+    with safe_open(folder / "head.safetensors", "pt") as f:
+        shapes = {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}  # noqa: SIM118
+    m, r, h = config.mixture_components, config.mixture_rank, backbone.hidden_size
+    assert shapes == {
+        "mixture_head.codes": (m, r),
+        "mixture_head.component_logits.bias": (m,),
+        "mixture_head.component_logits.weight": (m, h),
+        "mixture_head.down.weight": (r, h),
+        "mixture_head.up.weight": (backbone.draft_vocab_size, r),
+    }
