@@ -142,7 +142,16 @@ def test_a_push_says_where_it_went_and_carries_the_license(hub_env, tmp_path, ca
 # --- 3. Ctrl-C, resume, summary ------------------------------------------------------------------------------------
 
 
-def test_ctrl_c_mid_step_finishes_the_step_checkpoints_it_and_resumes_exactly(tmp_path):
+@pytest.fixture
+def usual_ctrl_c():
+    """Ctrl-C as in a terminal: a shell that starts the tests in the background (`... &` in a script) ignores
+    SIGINT, and a training run rightly keeps that, so these tests set Python's own handler for their duration."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_ctrl_c_mid_step_finishes_the_step_checkpoints_it_and_resumes_exactly(tmp_path, usual_ctrl_c):
     config, target, drafter, seqs = tiny_setup(tmp_path / "whole")
     DrafterTrainer(config, target, drafter, seqs).train()
     uninterrupted = {k: v.clone() for k, v in drafter.state_dict().items()}
@@ -177,7 +186,7 @@ def test_ctrl_c_mid_step_finishes_the_step_checkpoints_it_and_resumes_exactly(tm
         assert torch.equal(fresh.state_dict()[name], tensor), name
 
 
-def test_a_second_ctrl_c_stops_at_once():
+def test_a_second_ctrl_c_stops_at_once(usual_ctrl_c):
     with StopAtStepEnd() as interrupt:
         os.kill(os.getpid(), signal.SIGINT)
         assert interrupt.requested
@@ -321,7 +330,7 @@ def test_negative_flags_have_their_own_help_and_the_resume_command_parses_back()
     assert resume_command(config, processes=2).startswith("accelerate launch --num_processes 2 scripts/train_drafter")
 
 
-def test_ctrl_c_while_the_data_is_made_names_the_kept_data_and_the_command(tmp_path, monkeypatch):
+def test_ctrl_c_while_the_data_is_made_names_the_kept_data_and_the_command(tmp_path, monkeypatch, usual_ctrl_c):
     from hf_specdec.training import data
 
     saved_run_inputs(tmp_path)
