@@ -32,8 +32,8 @@ class DraftTree:
             per-depth log q); None for other nodes (prompt lookup, samples). The adaptive budget reads it.
         lookup: True for nodes that only the prompt-lookup branch proposed.
         copied: True for nodes the drafter and the prompt-lookup branch both proposed (merged in a greedy trie).
-        copying: the row's previous step accepted a prompt-lookup node (it is copying a span); the adaptive budget
-            values this tree's lookup nodes from that regime's acceptance.
+        copying: the row's previous step accepted a node the prompt-lookup branch proposed (it is copying a span);
+            the adaptive budget values this tree's lookup nodes from that regime's acceptance.
     """
 
     tokens: list[int] = field(default_factory=list)
