@@ -104,7 +104,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="0: greedy (identity checked); > 0: sampling at this temperature (top-k/top-p off, no identity pass)",
     )
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"], help="timing dtype")
-    p.add_argument("--repeats", type=int, default=1, help="interleaved rounds over all prompts, after the warm-up")
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="interleaved rounds over all prompts, after the warm-up (--concurrency: timed rounds of every method at "
+        "each level, after an untimed one)",
+    )
     p.add_argument(
         "--check-identity-dtype",
         default="float32",

@@ -203,13 +203,13 @@ def test_concurrency_levels_report_throughput_latency_and_identical_outputs(tmp_
     target = tiny_target("llama").float()
     drafters = {"fresh-b4": make_drafter(target, 4), "dcoco": make_drafter(target, 4, cls=DCOCODrafter)}
     prompts = [case.input_ids[0] for case in tiny_cases()]
-    report = concurrency.run_concurrency(target, drafters, prompts, [1, 3], 4, 6, pad=0)
-    rows = report["rows"]
+    report = concurrency.run_concurrency(target, drafters, prompts, [1, 3], 4, 6, pad=0, rounds=2)
+    rows = report["rows"]  # two timed rounds after the warm-up: every figure over both
     assert [(r["concurrency"], r["method"]) for r in rows] == [
         (c, m) for c in (1, 3) for m in ("plain batched generate", "fresh-b4", "dcoco")
     ]
     for r in rows:
-        assert r["tokens"] == r["requests"] * 6 and r["latency_p90_s"] <= r["seconds"] + 1e-6
+        assert r["requests"] == 2 * 4 and r["tokens"] == r["requests"] * 6 and r["latency_p90_s"] <= r["seconds"] + 1e-6
         if r["method"] != "plain batched generate":
             assert r["identical"] == r["requests"] and r["tau"] >= 1.0
             plain = next(p for p in rows if p["concurrency"] == r["concurrency"] and p["method"].startswith("plain"))

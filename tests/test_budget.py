@@ -115,7 +115,7 @@ def test_budget_measures_unmeasured_sizes_first_in_real_steps():
     empty.costs.record(1, 0.01)  # 2 fed tokens are now close enough to interpolate: 3 is measured next
     assert empty.drafting(1) and GRID[1:3] == (2, 3) and len(empty.choose([tree], 1)[0]) == GRID[2] - 1
     assert empty.measuring  # a measuring step: never judged (its size was not chosen to pay)
-    empty.after_drafted_step([tree], 1, realized=0.001)
+    empty.after_drafted_step([tree], 1, realized=(0, 1.0))
     assert empty.realized == {} and empty.drafting(1)
 
 
@@ -135,8 +135,8 @@ def test_noisy_costs_are_made_monotone_and_near_ties_go_to_the_larger_size():
 
 
 def test_one_slow_drafted_step_does_not_stop_a_drafting_that_pays():
-    """A drafter that catches up on a long prompt (or on plain steps) makes one step slow; the median of recent steps
-    judges, so drafting goes on; three slow steps out of five stop it."""
+    """A drafter that catches up on a long prompt (or on plain steps) makes one step slow; the recent steps' tokens
+    over their seconds judge, so drafting that pays goes on; three slow steps out of five stop it."""
     tree = best_first_tree([[-0.01] * 2] * 7, [[5, 6]] * 7, 10)
     hopeful = always_accepted(tree)
     flat = StepCostModel("flat-catch-up")
@@ -144,14 +144,31 @@ def test_one_slow_drafted_step_does_not_stop_a_drafting_that_pays():
         flat.record(fed, 0.010)
     budget = Budget(flat, hopeful)
     budget.observe(1, 9, 0.010, True, 0.5)  # the first drafted step: the drafter read the whole prompt
-    for realized in (10.0, 500.0, 500.0):
+    for realized in ((5, 0.05), (5, 0.01), (5, 0.01)):  # plain steps commit 100 tokens/s; these 214 together
         budget.observe(1, 9, 0.010, True, 0.001)
         budget.after_drafted_step([tree], 1, realized=realized)
         assert budget.drafting(1)
     assert budget.draft_seconds == pytest.approx(0.001)  # the catch-up is an outlier of the median
     for _ in range(3):
-        budget.after_drafted_step([tree], 1, realized=20.0)  # plain steps commit 100 tokens/s
+        budget.after_drafted_step([tree], 1, realized=(2, 0.1))  # 20 tokens/s
     assert not budget.drafting(1)
+
+
+def test_drafting_that_breaks_even_per_step_loses_to_its_catch_ups():
+    """In a server every joining request costs the drafter a pass over its prompt: three steps that commit 10% more
+    per second than plain steps keep drafting, but with a fourth that first caught up (twice the time) the four
+    commit less per second than plain steps (their median step would have kept drafting), so plain steps follow."""
+    tree = best_first_tree([[-0.01] * 2] * 7, [[5, 6]] * 7, 10)
+    flat = StepCostModel("flat-joins")
+    for fed in range(1, 80):
+        flat.record(fed, 0.010, rows=4)  # plain steps: 4 rows in 10 ms, 400 tokens/s
+    budget = Budget(flat, always_accepted(tree), draft_seconds=0.001)
+    for _ in range(3):
+        assert budget.drafting(4)
+        budget.after_drafted_step([tree] * 4, 4, realized=(44, 0.1))  # 440 tokens/s
+    assert budget.drafting(4)
+    budget.after_drafted_step([tree] * 4, 4, realized=(44, 0.2))  # a catch-up: 176 tokens in 0.5 s together
+    assert not budget.drafting(4)
 
 
 @pytest.mark.parametrize("per_token", [0.0, 1.0], ids=["free", "dear"])
@@ -207,10 +224,10 @@ def test_drafting_that_really_commits_less_per_second_than_plain_backs_off():
     for fed in range(1, 80):
         flat.record(fed, 0.010)
     budget = Budget(flat, hopeful, draft_seconds=0.001)
-    budget.after_drafted_step([tree], 1, realized=500.0)  # really fast: keeps drafting
+    budget.after_drafted_step([tree], 1, realized=(5, 0.01))  # really fast: keeps drafting
     assert budget.drafting(1)
     for _ in range(3):
-        budget.after_drafted_step([tree], 1, realized=20.0)
+        budget.after_drafted_step([tree], 1, realized=(1, 0.05))
     assert not budget.drafting(1)
 
 

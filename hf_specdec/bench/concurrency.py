@@ -4,8 +4,11 @@ At each concurrency c, the same N requests (N = max(c, --requests), prompts cycl
 - plain: `target.generate` on left-padded batches of c requests, one batch after another;
 - each drafter: `hf_specdec.SpeculativeServer(max_batch_size=c)`, continuous batching (a finished request's place
   is taken by the next one at the following step).
-Throughput = generated tokens / wall seconds; latency = seconds from t = 0 to a request's last token (queueing
-included, for both). Greedy outputs are compared request by request (they must be identical). `check_identity`
+Each level first runs every method once untimed (a warm-up: a server measures its step-cost curve at a new load in
+its first steps and keeps it, and torch warms up at new shapes), then `rounds` timed rounds, the methods in a
+rotated order each round. Throughput = generated tokens / wall seconds, summed over the rounds; latency = seconds
+from t = 0 to a request's last token (queueing included, for both), over every round's requests. Greedy outputs are
+compared request by request, every round (they must be identical). `check_identity`
 (scripts/concurrency_identity.py) does that comparison alone, in fp32 on the real target.
 """
 
@@ -83,35 +86,58 @@ def pad_token_id(target) -> int:
 
 
 def run_concurrency(
-    target, drafters: dict, prompts: list[torch.Tensor], levels: list[int], requests: int, max_new_tokens: int, pad: int
+    target,
+    drafters: dict,
+    prompts: list[torch.Tensor],
+    levels: list[int],
+    requests: int,
+    max_new_tokens: int,
+    pad: int,
+    rounds: int = 1,
 ) -> dict:
     rows = []
     for c in levels:
         batch = [prompts[i % len(prompts)] for i in range(max(c, requests))]
-        plain, plain_done, plain_s = plain_batches(target, batch, c, max_new_tokens, pad)
-        plain_tokens = sum(len(t) for t in plain)
-        base = {"concurrency": c, "requests": len(batch), "method": "plain batched generate"}
-        rows.append(base | _figures(plain_tokens, plain_s, plain_done) | {"throughput_ratio": 1.0})
+        methods = {"plain batched generate": None, **drafters}
+        for drafter in methods.values():  # the warm-up round, untimed
+            _one_run(target, drafter, batch, c, max_new_tokens, pad)
+        runs: dict[str, list[tuple]] = {label: [] for label in methods}
+        for r in range(rounds):
+            labels = list(methods)
+            for label in labels[r % len(labels) :] + labels[: r % len(labels)]:
+                runs[label].append(_one_run(target, methods[label], batch, c, max_new_tokens, pad))
+        plain_runs = runs.pop("plain batched generate")
+        base = {"concurrency": c, "requests": len(batch) * rounds, "method": "plain batched generate"}
+        rows.append(base | _figures(plain_runs) | {"throughput_ratio": 1.0})
         plain_rate = rows[-1]["tokens_per_s"]
         print(_line(rows[-1]), flush=True)
-        for label, drafter in drafters.items():
-            out, done, seconds, tau = served(target, drafter, batch, c, max_new_tokens, pad)
-            tokens = sum(len(t) for t in out)
-            figures = _figures(tokens, seconds, done)
+        for label, done in runs.items():
+            figures = _figures(done)
+            pairs = zip(done, plain_runs, strict=True)  # each round's outputs against plain's in the same round
+            same = sum(a == b for (out, *_), (ref, *_) in pairs for a, b in zip(out, ref, strict=True))
             rows.append(
-                {"concurrency": c, "requests": len(batch), "method": label, "tau": tau}
+                {"concurrency": c, "requests": len(batch) * rounds, "method": label}
+                | {"tau": sum(run[3] for run in done) / len(done)}
                 | figures
-                | {
-                    "throughput_ratio": figures["tokens_per_s"] / plain_rate,
-                    "identical": sum(a == b for a, b in zip(out, plain, strict=True)),
-                }
+                | {"throughput_ratio": figures["tokens_per_s"] / plain_rate, "identical": same}
             )
             print(_line(rows[-1]), flush=True)
-    return {"levels": levels, "max_new_tokens": max_new_tokens, "rows": rows}
+    return {"levels": levels, "max_new_tokens": max_new_tokens, "rounds": rounds, "warmup_rounds": 1, "rows": rows}
 
 
-def _figures(tokens: int, seconds: float, finished: list[float]) -> dict:
-    lat = sorted(finished)
+def _one_run(target, drafter, batch: list[torch.Tensor], c: int, max_new_tokens: int, pad: int) -> tuple:
+    """(outputs, finish times, seconds, tau) of plain batched generate (`drafter` None) or the server."""
+    if drafter is None:
+        return (*plain_batches(target, batch, c, max_new_tokens, pad), 1.0)
+    return served(target, drafter, batch, c, max_new_tokens, pad)
+
+
+def _figures(runs: list[tuple]) -> dict:
+    """Tokens, seconds and throughput summed over `runs` ((outputs, finish times, seconds, tau) each), latency over
+    all their requests."""
+    tokens = sum(len(t) for out, *_ in runs for t in out)
+    seconds = sum(run[2] for run in runs)
+    lat = sorted(t for _, finished, *_ in runs for t in finished)
     return {
         "tokens": tokens,
         "seconds": seconds,

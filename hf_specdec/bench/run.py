@@ -93,6 +93,7 @@ def _run_concurrency(args: argparse.Namespace, make_models, cases: list[Case], m
         args.requests,
         args.max_new_tokens,
         pad_token_id(models.target),
+        rounds=args.repeats,
     )
     report["meta"] = meta | {
         "wall_seconds": time.perf_counter() - start,

@@ -14,11 +14,14 @@ first tree's path scores). Per step, for a batch of B rows whose drafts were bui
   timer's jitter, and the larger one commits more when the acceptance model is too cautious;
 - when even the best N commits fewer tokens per second than plain one-token steps (B / cost(B rows x 1)), the next
   steps are plain (no drafter pass at all) for a while, twice as long each time a probe confirms it, and one
-  drafted step probes again; the drafted rate judged is the lower of the models' prediction and the median of what
-  the last few drafted steps at this load have really committed per second (drafter and bookkeeping included), so a
-  model that is too hopeful cannot keep a losing load drafting, while one slow step (a drafter catching up on a
-  prompt or on plain steps) cannot stop a winning one. The drafter's seconds per row are a median too, of passes
-  that did not first catch up (after a join or plain steps, a pass also reads the tokens it missed). Before a due
+  drafted step probes again; the drafted rate judged is the lower of the models' prediction and what the last few
+  drafted steps at this load have really committed per second (their tokens over their seconds, drafter and
+  bookkeeping included), so a model that is too hopeful cannot keep a losing load drafting. Those seconds include
+  the passes in which the drafter first caught up (on a joining request's prompt, or on the tokens of plain steps):
+  in a server every join costs such a pass, so drafting that only breaks even per step loses to plain steps once
+  its catch-ups are counted (measured: at 4 requests, drafted steps at 13 tokens/s against plain steps' 12.6 made
+  the run 0.94x of plain batched generate). One catch-up among a few steps that pay well does not stop them. The
+  drafter's seconds per row the models use are a median of passes that did not first catch up. Before a due
   probe, and before the first drafted step at a load, the models are asked first: when they put the best drafted
   rate more than `PROBE_MARGIN` below plain steps', the step stays plain. With many rows on a compute-bound device
   this is what happens: drafting stops, or never starts.
@@ -47,7 +50,7 @@ from .step_cost import GRID, StepCostModel
 
 MAX_BACKOFF = 64  # plain steps between probes, at most
 NOISE = 0.03  # rates this close to the best count as equal (the larger size wins)
-RECENT = 5  # drafted steps whose realized rate / drafter seconds are kept (their median decides)
+RECENT = 5  # drafted steps whose realized tokens and seconds (their ratio decides) / drafter seconds are kept
 JUDGED_AFTER = 3  # realized rates needed before they can overrule the models
 PROBE_MARGIN = 0.2  # a due probe is skipped when the models put drafting this far below plain steps
 
@@ -59,7 +62,7 @@ class Budget:
     costs: StepCostModel
     acceptance: AcceptanceModel
     draft_seconds: float | None = None  # drafter time per row and step (default: the acceptance model's samples)
-    realized: dict[int, list[float]] = field(default_factory=dict)  # rows -> committed tokens/s, recent drafted steps
+    realized: dict[int, list[tuple[int, float]]] = field(default_factory=dict)  # rows -> (committed, s), recent steps
     measuring: bool = False  # this step's size was chosen to measure the curve, not to pay
     catching_up: bool = True  # the next drafter pass first catches up (on prompts, or on tokens of plain steps)
 
@@ -128,10 +131,11 @@ class Budget:
             ]
             self.draft_seconds = statistics.median_low(samples)
 
-    def after_drafted_step(self, trees: list[DraftTree], rows: int, realized: float | None = None) -> None:
+    def after_drafted_step(self, trees: list[DraftTree], rows: int, realized: tuple[int, float] | None = None) -> None:
         """Switch to plain steps when drafting loses to plain decoding: the best drafted rate the models predict for
-        this step's drafts, or the rate drafted steps at this load have really achieved (`realized`: committed tokens
-        per second of this step, drafter included, averaged over drafted steps), whichever is lower."""
+        this step's drafts, or the rate drafted steps at this load have really achieved (`realized`: this step's
+        committed tokens and seconds, drafter included; the last `RECENT` steps' tokens over their seconds),
+        whichever is lower."""
         plain = self.costs.cost(1, rows)
         if self.measuring:  # a size verified to measure its cost: not a step that was meant to pay
             return
@@ -147,7 +151,7 @@ class Budget:
         drafted_rate = self._rate(values, rows, best)
         seen = self.realized.get(rows, [])
         if len(seen) >= JUDGED_AFTER:
-            drafted_rate = min(drafted_rate, statistics.median(seen))
+            drafted_rate = min(drafted_rate, sum(c for c, _ in seen) / max(sum(s for _, s in seen), 1e-9))
         if drafted_rate < rows / plain:
             schedule[:] = [schedule[1], min(MAX_BACKOFF, 2 * schedule[1])]
         else:

@@ -97,7 +97,7 @@ def speculative_step(batch: SpeculativeBatch) -> None:
         verify_seconds = time.perf_counter() - verify_started
         budget.observe(len(rows), feed.shape[1], verify_seconds, drafting, draft_seconds)
         if drafting:
-            budget.after_drafted_step(full, len(rows), total_committed / (draft_seconds + verify_seconds))
+            budget.after_drafted_step(full, len(rows), (total_committed, draft_seconds + verify_seconds))
 
 
 def draft_trees(batch: SpeculativeBatch) -> list[DraftTree]:
