@@ -162,6 +162,9 @@ def markdown(report: dict) -> str:
         f"- machine: {machine.get('cpu', '?')} ({machine.get('cpu_count', '?')} cores, flags "
         f"{' '.join(machine.get('cpu_flags', []))}), gpu {machine.get('gpu')}",
         cost_curve_line(meta.get("cost_curve")),
+        f"- per level: {report.get('warmup_rounds', 0)} untimed warm-up round(s) of every method, then "
+        f"{report.get('rounds', 1)} timed round(s); figures over the timed rounds, {report['max_new_tokens']} new "
+        "tokens per request",
         "",
         "| concurrency | method | tok/s | vs plain | tau | mean latency (s) | p90 latency (s) | identical |",
         "|---|---|---|---|---|---|---|---|",
