@@ -25,6 +25,7 @@ import hf_specdec
 from .cases import interleaved_prompts, load_cases
 from .cost_curve import cost_curve_line
 from .model_specs import load_causal_lm, resolve_model
+from .passes import rotated
 from .plots import write_concurrency_plot
 from .prompt_sets import TASKS
 
@@ -103,8 +104,7 @@ def run_concurrency(
             _one_run(target, drafter, batch, c, max_new_tokens, pad)
         runs: dict[str, list[tuple]] = {label: [] for label in methods}
         for r in range(rounds):
-            labels = list(methods)
-            for label in labels[r % len(labels) :] + labels[: r % len(labels)]:
+            for label in rotated(list(methods), r):
                 runs[label].append(_one_run(target, methods[label], batch, c, max_new_tokens, pad))
         plain_runs = runs.pop("plain batched generate")
         base = {"concurrency": c, "requests": len(batch) * rounds, "method": "plain batched generate"}

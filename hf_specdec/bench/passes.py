@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Callable
+from typing import TypeVar
 
 import torch
 from tqdm.auto import tqdm
@@ -18,12 +19,14 @@ from .measure import generate, measure_call
 from .methods import PLAIN, Method, Models, Settings, build_methods
 from .summary import build_report
 
+T = TypeVar("T")
 WARMUP_TOKENS = 16  # new tokens of each warm-up call (first-call costs, not steady state)
 
 
-def rotated(methods: list[Method], offset: int) -> list[Method]:
-    k = offset % len(methods)
-    return methods[k:] + methods[:k]
+def rotated(items: list[T], offset: int) -> list[T]:
+    """`items` starting at `offset` (modulo its length): each round of a timing pass puts another method first."""
+    k = offset % len(items)
+    return items[k:] + items[:k]
 
 
 def first_divergence(a: torch.Tensor, b: torch.Tensor) -> int | None:
