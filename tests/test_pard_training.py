@@ -79,6 +79,28 @@ def test_pard_training_lowers_the_loss_and_saves_a_loadable_adapter_folder(tmp_p
     assert size < 0.5 * sum(p.numel() * 4 for p in tiny_lm().parameters())
 
 
+def test_a_run_from_a_saved_adapter_trains_that_adapter_on(tmp_path):
+    """--drafter naming a PARD adapter folder (e.g. the shipped one, on a fresh machine) with LoRA: the run trains
+    that adapter on, and its adapter folder loads as the drafter it trained (not the base plus the new steps)."""
+    saved_run_inputs(tmp_path, sequences=4)
+    tiny_lm().save_pretrained(tmp_path / "lm")
+    run(_config(tmp_path, lora_rank=4, lora_alpha=8, num_steps=6, save_every=3))
+    first = tmp_path / "run" / "adapter"
+    more = dict(output_dir=str(tmp_path / "more"), drafter=str(first), lora_alpha=8, num_steps=6, save_every=3)
+    with pytest.raises(ValueError, match="rank 4"):
+        run(_config(tmp_path, lora_rank=8, **more))
+    run(_config(tmp_path, lora_rank=4, **more))
+    continued = hf_specdec.load_drafter(tmp_path / "more" / "adapter").state_dict()
+    merged = hf_specdec.load_drafter(tmp_path / "more" / "drafter").state_dict()
+    before = hf_specdec.load_drafter(first).state_dict()
+    for name, tensor in merged.items():
+        assert torch.allclose(continued[name].float(), tensor.float(), atol=1e-2), name
+    moved = [n for n, t in before.items() if not torch.allclose(t.float(), continued[n].float(), atol=1e-4)]
+    assert moved  # the six steps trained on
+    adapter = json.loads((tmp_path / "more" / "adapter" / "adapter_config.json").read_text())
+    assert adapter["r"] == 4 and adapter["lora_alpha"] == 8
+
+
 def test_a_killed_pard_run_resumes_to_the_same_adapter(tmp_path):
     for name in ("a", "b"):
         saved_run_inputs(tmp_path / name, sequences=4)

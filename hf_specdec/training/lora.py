@@ -20,9 +20,15 @@ from .config import DrafterTrainingConfig
 HEADS = ("corrector", "mixture_head", "feature_proj")  # small new modules, trained whole
 
 
-def add_lora(drafter: BlockDrafter, config: DrafterTrainingConfig, base_name_or_path: str | None) -> PeftModel:
+def add_lora(
+    drafter: BlockDrafter, config: DrafterTrainingConfig, base_name_or_path: str | None, continue_from=None
+) -> PeftModel:
     """Put rank-`lora_rank` adapters on `lora_target_modules` of `drafter` (in place); only they (and a head the
-    drafter has) train. `base_name_or_path` is recorded in the adapter config for loading it back."""
+    drafter has) train. `base_name_or_path` is recorded in the adapter config for loading it back. With
+    `continue_from` (a saved adapter folder for this drafter) its adapters go on instead, trainable, with the
+    settings they were saved with; `lora_rank` must be theirs."""
+    if continue_from is not None:
+        return continue_lora(drafter, config, continue_from)
     names = {name.rsplit(".", 1)[-1] for name, _ in drafter.named_modules()}
     unknown = set(config.lora_target_modules) - names
     if unknown:
@@ -45,6 +51,18 @@ def add_lora(drafter: BlockDrafter, config: DrafterTrainingConfig, base_name_or_
     return model
 
 
+def continue_lora(drafter: BlockDrafter, config: DrafterTrainingConfig, folder) -> PeftModel:
+    """The adapters saved in `folder` on `drafter` (in place), trainable (see `add_lora`)."""
+    saved = LoraConfig.from_pretrained(str(folder))
+    if saved.r != config.lora_rank:
+        raise ValueError(
+            f"--drafter {folder} is a LoRA adapter of rank {saved.r}, which this run trains on; --lora_rank "
+            f"{config.lora_rank} asks for another rank. Pass --lora_rank {saved.r}, or --lora_rank 0 to fine-tune "
+            "the merged drafter whole"
+        )
+    return PeftModel.from_pretrained(drafter, str(folder), is_trainable=True)
+
+
 def save_adapter(model: PeftModel, folder: str | os.PathLike) -> Path:
     """Adapter weights and config only (safetensors). A base drafter that is a local folder is recorded relative to
     `folder` (e.g. `../drafter`), so `load_drafter(folder)` finds it from any working directory and after the runs
@@ -65,4 +83,4 @@ def merge_lora(model: PeftModel) -> BlockDrafter:
     return model.merge_and_unload()
 
 
-__all__ = ["add_lora", "merge_lora", "save_adapter"]
+__all__ = ["add_lora", "continue_lora", "merge_lora", "save_adapter"]

@@ -34,9 +34,21 @@ class PardTrainer(DrafterTrainer):
     adapter_folder_is_a_drafter: ClassVar[bool] = True  # the adapter folder also gets the PARD config: loadable
 
     @classmethod
+    def adapter_to_continue(cls, config: PardTrainingConfig) -> str | None:
+        """`config.drafter` when it is a PARD adapter folder and the run trains LoRA: its config names the causal LM
+        under it, not the folder, so a second adapter on top would be lost on loading; the run trains this one on
+        and saves it whole (a shipped adapter continued on another machine, another session)."""
+        if config.lora_rank and config.drafter and PardDrafter.is_adapter_folder(config.drafter):
+            return config.drafter
+        return None
+
+    @classmethod
     def build_drafter(cls, config: PardTrainingConfig, target: PreTrainedModel) -> PardDrafter:
-        """The drafter to train in float32: `config.drafter` when given, else `config.base_lm` with a mask token."""
-        if config.drafter:
+        """The drafter to train in float32: `config.drafter` when given, else `config.base_lm` with a mask token; under
+        an adapter that the run goes on training (`adapter_to_continue`), the base alone (the adapter goes on top)."""
+        if cls.adapter_to_continue(config):
+            drafter = PardDrafter.from_adapter_folder(config.drafter, dtype=torch.float32, merge=False)
+        elif config.drafter:
             drafter = load_drafter(config.drafter, dtype=torch.float32)
         else:
             where = resolve_base_model(config.base_lm)

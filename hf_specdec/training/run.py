@@ -101,7 +101,7 @@ def set_up(config: DrafterTrainingConfig):
     if config.lora_rank:
         from .lora import add_lora
 
-        adapters = add_lora(drafter, config, config.drafter)
+        adapters = add_lora(drafter, config, config.drafter, continue_from=trainer_cls.adapter_to_continue(config))
     trainer = trainer_cls.for_run(config, target, drafter, sequences)
     trainer.adjustments = adjustments
     return trainer, adapters

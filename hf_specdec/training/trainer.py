@@ -59,13 +59,21 @@ class DrafterTrainer:
     Ctrl-C (SIGINT) lets the step under way finish, writes a checkpoint of it and raises `TrainingInterrupted`
     with the command that resumes (a second Ctrl-C stops at once); a KeyboardInterrupt raised otherwise is a crash.
 
-    What `hf_specdec.training.run.run` asks of a trainer class: `build_drafter` (the drafter it trains), `for_run`
+    What `hf_specdec.training.run.run` asks of a trainer class: `build_drafter` (the drafter it trains),
+    `adapter_to_continue` (a saved LoRA adapter that training goes on with instead of new adapters), `for_run`
     (the trainer, with any data of its own), `objective` and `supervised_key` (names in the training log),
     `log_extras` (figures of its own for the log) and `loss_term_postfix` (named loss terms for the progress bar).
     """
 
     objective: ClassVar[str] = "dflash"
     supervised_key: ClassVar[str] = "supervised_tokens"  # the training log's name of the supervised_tokens counter
+
+    @classmethod
+    def adapter_to_continue(cls, config: DrafterTrainingConfig) -> str | None:
+        """The saved adapter folder whose adapters a LoRA run trains on (None: new adapters on the drafter). A block
+        drafter's adapter folder names the drafter under it, so new adapters on the merged drafter load back
+        through it and this is None."""
+        return None
 
     @classmethod
     def build_drafter(cls, config: DrafterTrainingConfig, target: PreTrainedModel) -> BlockDrafter:

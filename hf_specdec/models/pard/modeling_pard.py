@@ -180,21 +180,29 @@ class PardDrafter(SavedDecoding, PreTrainedModel):
         return drafter.to(device=lm.device, dtype=lm.dtype)
 
     @classmethod
-    def from_adapter_folder(cls, folder: str | Path, dtype=None, device_map=None) -> PardDrafter:
-        """Base (`config.base_model`) + the LoRA adapter saved in `folder`, merged."""
+    def from_adapter_folder(cls, folder: str | Path, dtype=None, device_map=None, merge: bool = True) -> PardDrafter:
+        """Base (`config.base_model`) + the LoRA adapter saved in `folder`, merged; with `merge=False` the base alone
+        with the folder's config and draft vocabulary (a run that trains the adapter on loads it on top)."""
         from peft import PeftModel
 
         config = cls.config_class.from_pretrained(folder)
         drafter = cls.from_base(config, dtype=dtype, device_map=device_map, relative_to=folder)
-        merged = PeftModel.from_pretrained(drafter, str(folder)).merge_and_unload()
-        merged.config = config
+        if merge:
+            drafter = PeftModel.from_pretrained(drafter, str(folder)).merge_and_unload()
+            drafter.config = config
         if (Path(folder) / DRAFT_VOCAB).is_file():
-            merged.draft_vocab = load_file(str(Path(folder) / DRAFT_VOCAB))["draft_vocab"].to(merged.device)
+            drafter.draft_vocab = load_file(str(Path(folder) / DRAFT_VOCAB))["draft_vocab"].to(drafter.device)
         elif config.draft_vocab_size is not None:
             raise ValueError(
                 f"{folder} sets draft_vocab_size but has no {DRAFT_VOCAB}; save it with save_adapter_folder"
             )
-        return merged
+        return drafter
+
+    @staticmethod
+    def is_adapter_folder(path: str | Path) -> bool:
+        """Whether `path` is a folder that holds a LoRA adapter and no full weights (loaded as base + adapter)."""
+        folder = Path(path)
+        return folder.is_dir() and (folder / ADAPTER_WEIGHTS).is_file() and not any(folder.glob("model*.safetensors"))
 
     @classmethod
     def with_backbone(cls, drafter: PardDrafter, **head_config) -> PardDrafter:
