@@ -21,7 +21,10 @@ HEADS = ("corrector", "mixture_head", "feature_proj")  # small new modules, trai
 
 
 def add_lora(
-    drafter: BlockDrafter, config: DrafterTrainingConfig, base_name_or_path: str | None, continue_from=None
+    drafter: BlockDrafter,
+    config: DrafterTrainingConfig,
+    base_name_or_path: str | None,
+    continue_from: str | os.PathLike | None = None,
 ) -> PeftModel:
     """Put rank-`lora_rank` adapters on `lora_target_modules` of `drafter` (in place); only they (and a head the
     drafter has) train. `base_name_or_path` is recorded in the adapter config for loading it back. With
@@ -51,7 +54,7 @@ def add_lora(
     return model
 
 
-def continue_lora(drafter: BlockDrafter, config: DrafterTrainingConfig, folder) -> PeftModel:
+def continue_lora(drafter: BlockDrafter, config: DrafterTrainingConfig, folder: str | os.PathLike) -> PeftModel:
     """The adapters saved in `folder` on `drafter` (in place), trainable (see `add_lora`)."""
     saved = LoraConfig.from_pretrained(str(folder))
     if saved.r != config.lora_rank:
