@@ -36,7 +36,8 @@ def start_message(config: DrafterTrainingConfig, trainer: DrafterTrainer, resume
         return f"resumed from {where} at step {state['step']} of {total}{last}: {left}"
     if checkpoint_seen:
         return f"starting afresh (--no_resume): {where} is overwritten at the first checkpoint; {total} steps"
-    return f"training {total} steps from scratch; checkpoints every {config.save_every} steps in {where}"
+    start = f"starting from --drafter {config.drafter}" if config.drafter else "from scratch"
+    return f"training {total} steps {start}; checkpoints every {config.save_every} steps in {where}"
 
 
 def _duration(seconds: float) -> str:
