@@ -86,7 +86,8 @@ def test_a_run_from_a_saved_adapter_trains_that_adapter_on(tmp_path):
     tiny_lm().save_pretrained(tmp_path / "lm")
     run(_config(tmp_path, lora_rank=4, lora_alpha=8, num_steps=6, save_every=3))
     first = tmp_path / "run" / "adapter"
-    more = dict(output_dir=str(tmp_path / "more"), drafter=str(first), lora_alpha=8, num_steps=6, save_every=3)
+    # another --lora_alpha than the saved one: the adapter keeps its own, and the run says so
+    more = dict(output_dir=str(tmp_path / "more"), drafter=str(first), lora_alpha=16, num_steps=6, save_every=3)
     with pytest.raises(ValueError, match="rank 4"):
         run(_config(tmp_path, lora_rank=8, **more))
     run(_config(tmp_path, lora_rank=4, **more))
@@ -99,6 +100,8 @@ def test_a_run_from_a_saved_adapter_trains_that_adapter_on(tmp_path):
     assert moved  # the six steps trained on
     adapter = json.loads((tmp_path / "more" / "adapter" / "adapter_config.json").read_text())
     assert adapter["r"] == 4 and adapter["lora_alpha"] == 8
+    adjusted = json.loads((tmp_path / "more" / "training_log.json").read_text())["adjustments"]
+    assert any("--lora_alpha 16.0 was not applied" in note and "keeps its 8.0" in note for note in adjusted), adjusted
 
 
 def test_a_killed_pard_run_resumes_to_the_same_adapter(tmp_path):

@@ -66,6 +66,22 @@ def continue_lora(drafter: BlockDrafter, config: DrafterTrainingConfig, folder: 
     return PeftModel.from_pretrained(drafter, str(folder), is_trainable=True)
 
 
+def continued_lora_adjustments(config: DrafterTrainingConfig, folder: str | os.PathLike) -> list[str]:
+    """Sentences for the run's `adjustments`: LoRA settings of this run that the adapter saved in `folder` (which
+    the run trains on, `continue_lora`) overrides, since an adapter trained on keeps its scaling and its modules."""
+    saved = LoraConfig.from_pretrained(str(folder))
+    asked = {
+        "lora_alpha": (float(config.lora_alpha), float(saved.lora_alpha)),
+        "lora_dropout": (float(config.lora_dropout), float(saved.lora_dropout)),
+        "lora_target_modules": (sorted(config.lora_target_modules), sorted(saved.target_modules or [])),
+    }
+    return [
+        f"--{name} {wanted} was not applied: the adapter in {folder}, which this run trains on, keeps its {kept}"
+        for name, (wanted, kept) in asked.items()
+        if wanted != kept
+    ]
+
+
 def save_adapter(model: PeftModel, folder: str | os.PathLike) -> Path:
     """Adapter weights and config only (safetensors). A base drafter that is a local folder is recorded relative to
     `folder` (e.g. `../drafter`), so `load_drafter(folder)` finds it from any working directory and after the runs
@@ -86,4 +102,4 @@ def merge_lora(model: PeftModel) -> BlockDrafter:
     return model.merge_and_unload()
 
 
-__all__ = ["add_lora", "continue_lora", "merge_lora", "save_adapter"]
+__all__ = ["add_lora", "continue_lora", "continued_lora_adjustments", "merge_lora", "save_adapter"]

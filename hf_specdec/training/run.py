@@ -99,9 +99,11 @@ def set_up(config: DrafterTrainingConfig):
     adjustments = data_adjustments(config, sequences) + draft_vocabulary(config, drafter, sequences)
     adapters = None
     if config.lora_rank:
-        from .lora import add_lora
+        from .lora import add_lora, continued_lora_adjustments
 
-        adapters = add_lora(drafter, config, config.drafter, continue_from=trainer_cls.adapter_to_continue(config))
+        continued = trainer_cls.adapter_to_continue(config)
+        adapters = add_lora(drafter, config, config.drafter, continue_from=continued)
+        adjustments += continued_lora_adjustments(config, continued) if continued else []
     trainer = trainer_cls.for_run(config, target, drafter, sequences)
     trainer.adjustments = adjustments
     return trainer, adapters
