@@ -161,10 +161,20 @@ def test_export_only_saves_a_checkpoint_mid_run_without_training_on(tmp_path):
 
     with pytest.raises(KeyboardInterrupt):
         trainer.train(on_step_end=crash)
+    from hf_specdec.hub.ship import ship_drafter
+
+    # the checkpoint holds the LoRA weights alone: shipping it says how to save a drafter first, and writes nothing
+    with pytest.raises(ValueError, match="--export_only"):
+        ship_drafter(tmp_path / "run", "mid", "python ...", drafters_dir=tmp_path / "d")
+    assert not (tmp_path / "d" / "mid").exists()
     run(_config(tmp_path, lora_rank=4, num_steps=12, save_every=4, export_only=True))
     log = json.loads((tmp_path / "run" / "training_log.json").read_text())
     assert log["steps"] == 4 and log["resumed"]  # the checkpoint at step 4, saved as it is
     assert isinstance(hf_specdec.load_drafter(tmp_path / "run" / "adapter"), PardDrafter)
+    assert isinstance(
+        hf_specdec.load_drafter(ship_drafter(tmp_path / "run", "mid", "python ...", drafters_dir=tmp_path / "d")),
+        PardDrafter,
+    )
 
 
 def test_a_pard_run_ships_as_its_adapter_with_a_draft_vocabulary(tmp_path):

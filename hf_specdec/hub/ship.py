@@ -207,7 +207,9 @@ def ship_drafter(
 
     Raises:
         ValueError: `name` is not one plain folder name, the weights are over 64 MiB, or `push_to_hub` is set and
-            is no repo id or the target's Hub id is unknown; all checked before `drafters_dir`/`name` is touched.
+            is no repo id or the target's Hub id is unknown, or the run has no saved drafter (a run stopped
+            before its end whose checkpoint holds only trained weights, e.g. LoRA: `--export_only` saves one); all
+            checked before `drafters_dir`/`name` is touched.
     """
     drafters_dir, run = Path(drafters_dir), Path(run)
     out = check_name(name, drafters_dir)
@@ -218,6 +220,12 @@ def ship_drafter(
         source = run / "adapter"
     else:
         source = run / "drafter" if (run / "drafter" / "config.json").exists() else run / "checkpoint"
+    if not (source / "config.json").exists():
+        raise ValueError(
+            f"{run} holds no drafter to ship: neither {run}/drafter nor {run}/adapter was saved, and {run}/checkpoint "
+            "holds only the trained weights (no config.json). Save the drafter first: run the run's training command "
+            f"again with --export_only added (it saves the checkpoint's drafter into {run}), then ship again."
+        )
     state = json.loads((run / "checkpoint" / "trainer_state.json").read_text())
     data = json.loads((run / "data" / "index.json").read_text())
     run_log = run / "training_log.json"
