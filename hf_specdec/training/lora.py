@@ -73,13 +73,18 @@ def continued_lora_adjustments(config: DrafterTrainingConfig, folder: str | os.P
     asked = {
         "lora_alpha": (float(config.lora_alpha), float(saved.lora_alpha)),
         "lora_dropout": (float(config.lora_dropout), float(saved.lora_dropout)),
-        "lora_target_modules": (sorted(config.lora_target_modules), sorted(saved.target_modules or [])),
+        "lora_target_modules": (sorted(config.lora_target_modules), _names(saved.target_modules)),
     }
     return [
         f"--{name} {wanted} was not applied: the adapter in {folder}, which this run trains on, keeps its {kept}"
         for name, (wanted, kept) in asked.items()
         if wanted != kept
     ]
+
+
+def _names(targets) -> list[str] | str:
+    """peft's `target_modules` as a sorted list (it may be a set, a list or one regular expression)."""
+    return targets if isinstance(targets, str) else sorted(targets or [])
 
 
 def save_adapter(model: PeftModel, folder: str | os.PathLike) -> Path:
