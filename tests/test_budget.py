@@ -385,3 +385,23 @@ def test_one_slow_timing_does_not_rule_a_size_out_for_good():
     heavy.record(16, 0.900, rows=4)
     rows4 = Budget(heavy, sure, draft_seconds=0.01)
     assert len(rows4.choose([tree] * 4, 4)[0]) == 7 and not rows4.measuring
+
+
+def test_the_copy_s_tables_count_only_the_nodes_the_copy_alone_proposed():
+    """A node the drafter and the copy both proposed is far likelier right than one the copy alone proposed, the only
+    kind the lookup tables value alone: merged nodes count as the drafter's, so a copy that agrees with the drafter
+    whenever it is right and is always wrong alone is valued by its misses, not by the drafter's hits."""
+    from hf_specdec.verification.tree import DraftTree
+
+    model = AcceptanceModel()
+    for _ in range(30):
+        tree = best_first_tree([[-0.05, -3.0]] * 2, [[5, 6]] * 2, 2)  # the drafter's chain 5, 5 (always right)
+        tree.add_chain([5, 9, 9], merge=True)  # the copy agrees at depth 1, then goes its own way (always wrong)
+        assert tree.copied.count(True) == 1 and sum(tree.lookup) == 2
+        model.record(tree, [0, 1])
+    assert model.counts["lookup"] == {}  # no start the copy alone proposed was verified
+    assert model.rate("lookup+", 2) < 0.05  # its own nodes: 0 of 30 accepted, not the merged node's 30 of 30
+    assert model.counts["drafted"][1].accepted == pytest.approx(model.counts["drafted"][1].tried)
+    tree = DraftTree()
+    tree.add_chain([7, 8], merge=False)
+    assert model.node_values(tree)[0] == pytest.approx(0.3)  # a start the copy alone proposes: still the prior
