@@ -24,7 +24,8 @@ lookup tables count only nodes the copy alone proposed: where the drafter agrees
 and counting those too made the tables value the copy's nodes where the drafter disagrees, the only ones they
 value alone, by the agreeing ones' rate (measured on 5 GSM8K and 5 MT-Bench prompts: the copy's starts beside a
 drafted node were valued at ~0.2 and none of 33 was accepted, and steps with a lookup branch were predicted to
-commit 21-25% more than they did; counted apart, MT-Bench's were predicted at 86 tokens and committed 88).
+commit 21-25% more than they did; counting only the copy's own nodes, MT-Bench's were predicted at 86 tokens and
+committed 88).
 
 Counts start from a weak prior (one pseudo-node per depth) and decay (old steps weigh less), so the model follows
 a call whose text changes; it lives on the drafter (`drafter.acceptance_model`) and is kept between calls.
