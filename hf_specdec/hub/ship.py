@@ -4,11 +4,11 @@ copied from a training run (bf16 safetensors), with a record of how it was made,
 This is what `scripts/ship_drafter.py` runs. The source is the run's finished drafter (run/drafter, or run/adapter
 for a kind that ships as its adapter) or, when training was stopped early, its last checkpoint (run/checkpoint) if
 that holds a whole drafter with its config (a LoRA checkpoint holds the adapters alone: `--export_only` saves a
-drafter from it first); the figures in TRAINING.md (steps, training
-time, data and supervised tokens, first and last losses) come from run/checkpoint/trainer_state.json and the
-run's cached data (run/data), so the record describes exactly the weights shipped. Checkpoints over 64 MiB are
-refused (the repository keeps drafters small). With `push_to_hub` the folder then goes up with a model card in one
-commit (`publish_drafter`), and the card carries the same figures as TRAINING.md.
+drafter from it first); the figures in TRAINING.md (steps, training time, data and supervised tokens, first and
+last losses) come from run/checkpoint/trainer_state.json and the run's cached data (run/data), so the record
+describes exactly the weights shipped. Checkpoints over 64 MiB are refused (the repository keeps drafters small).
+With `push_to_hub` the folder then goes up with a model card in one commit (`publish_drafter`), and the card
+carries the same figures as TRAINING.md.
 
 NAME must be one plain folder name (`check_name`), so the folder replaced is drafters/NAME and nothing else. The new
 folder is written aside (drafters/.NAME.staging) and checked (size) before the old drafter is touched; then the two

@@ -83,7 +83,8 @@ def continued_lora_adjustments(config: DrafterTrainingConfig, folder: str | os.P
 
 
 def _names(targets) -> list[str] | str:
-    """peft's `target_modules` as a sorted list (it may be a set, a list or one regular expression)."""
+    """peft's `target_modules` comparable with a sorted list of names: a set or list sorted, a regular expression
+    (one string) as it is."""
     return targets if isinstance(targets, str) else sorted(targets or [])
 
 
