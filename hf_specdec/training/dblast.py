@@ -15,7 +15,6 @@ import math
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 from transformers import AutoConfig, PreTrainedModel
@@ -86,7 +85,7 @@ class MixtureTrainer(DrafterTrainer):
         T = seq.ids.shape[0]
         with torch.no_grad():
             anchors, _, hidden = self.packed_pass(seq, rng)  # (n, K, H)
-            unary = F.linear(hidden[:, 1:].to(self.head_weight.dtype), self.head_weight).float()  # (n, k, Vd)
+            unary = self.slot_logits(hidden[:, 1:]).float()  # (n, k, Vd)
         log_pi, offsets = drafter.mixture_head(hidden[:, 0], hidden[:, 1:])  # (n, R), (n, k, R, Vd)
         logq = torch.log_softmax((unary[:, :, None] + offsets.float()) / self.config.temperature, dim=-1)
 

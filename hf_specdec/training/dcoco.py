@@ -10,7 +10,6 @@ whose target token is not among the K candidates are skipped; how often it is (c
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from transformers import AutoConfig, PreTrainedModel
 
 from ..models.block_drafter.modeling_block_drafter import BlockDrafter
@@ -52,7 +51,7 @@ class CorrectorTrainer(DrafterTrainer):
         drafter, K, dev = self.drafter, self.drafter.config.block_size, self.device
         with torch.set_grad_enabled(self.config.joint):
             anchors, packed, hidden = self.packed_pass(seq, rng)  # (n, K, H)
-            unary = F.linear(hidden[:, 1:].to(self.head_weight.dtype), self.head_weight)  # (n, K-1, Vd)
+            unary = self.slot_logits(hidden[:, 1:])  # (n, K-1, Vd)
         n = len(anchors)
         Kc = min(self.config.corrector_candidates, unary.shape[-1])
         logq, index = unary.float().log_softmax(dim=-1).topk(Kc, dim=-1)  # (n, K-1, Kc)

@@ -30,6 +30,7 @@ from .dblast import MixtureTrainer
 from .dcoco import CorrectorTrainer
 from .interrupts import TrainingInterrupted
 from .pard import PardTrainer
+from .pard_specopd import PardSpecOPDTrainer, names_a_pard_drafter
 from .publishing import check_publishing, publish, published_message
 from .saving import save_run
 from .sequences import data_adjustments, data_folder, frequent_labels, prepare_sequences
@@ -51,9 +52,13 @@ TRAINERS: dict[type[DrafterTrainingConfig], type[DrafterTrainer]] = {
 
 
 def trainer_class(config: DrafterTrainingConfig) -> type[DrafterTrainer]:
-    """The trainer of `config`'s objective: that of the nearest of its classes in `TRAINERS`."""
+    """The trainer of `config`'s objective: that of the nearest of its classes in `TRAINERS`; SpecOPD on a PARD
+    drafter (`--drafter` names one) has its own."""
     classes = type(config.for_objective()).__mro__
-    return next(TRAINERS[cls] for cls in classes if cls in TRAINERS)
+    trainer = next(TRAINERS[cls] for cls in classes if cls in TRAINERS)
+    if trainer is SpecOPDTrainer and names_a_pard_drafter(config.drafter):
+        return PardSpecOPDTrainer
+    return trainer
 
 
 def check_before_loading(config: DrafterTrainingConfig) -> None:

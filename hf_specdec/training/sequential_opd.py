@@ -13,7 +13,6 @@ from __future__ import annotations
 import inspect
 
 import torch
-import torch.nn.functional as F
 from transformers.cache_utils import DynamicCache
 
 from ..models.target_features import tapped_features
@@ -52,7 +51,7 @@ class SequentialOPDTrainer(SpecOPDTrainer):
             hidden = self.drafter(
                 noise_embeds=noise, target_features=features.to(dev, self.drafter.dtype), position_ids=positions
             ).last_hidden_state  # (1, K, H)
-            logits = F.linear(hidden.to(self.head_weight.dtype), self.head_weight)  # (1, K, Vd)
+            logits = self.slot_logits(hidden)  # (1, K, Vd)
             scores = self.policy.scores(hidden, logits, pending.to(dev))
             tokens = self.policy.draw(scores, 1, rng).cpu()  # (1, 1, k) the greedy path
             drafts = self.full_ids(tokens)[0, 0]  # (k,)

@@ -17,7 +17,6 @@ import math
 import time
 
 import torch
-import torch.nn.functional as F
 from transformers import PreTrainedModel
 
 from ..models.lm_head_strides import fix_lm_head_strides
@@ -55,7 +54,8 @@ def eos_ids(target: PreTrainedModel) -> torch.LongTensor:
 
 
 class SpecOPDTrainer(DrafterTrainer):
-    """`DrafterTrainer` with the SpecOPD loss; works for block, DCOCO and DBLAST drafters (full or LoRA).
+    """`DrafterTrainer` with the SpecOPD loss; works for block, DCOCO and DBLAST drafters (full or LoRA; a PARD
+    drafter: `pard_specopd.PardSpecOPDTrainer`).
 
     The loss is `e2e_tv + ce_weight * trunk_ce`; each term's mean over a step's sequences (this process's) is kept
     by name in state["loss_terms"] ({name: [[step, value], ...]}, like the `losses` curve), shown in the progress bar
@@ -113,7 +113,7 @@ class SpecOPDTrainer(DrafterTrainer):
         cfg, dev = self.config, self.device
         # 1) the drafter's pass over the trunk's anchors (gradients on)
         anchors, packed, hidden = self.packed_pass(seq, rng)  # (n, K, H)
-        logits = F.linear(hidden.to(self.head_weight.dtype), self.head_weight)  # (n, K, Vd)
+        logits = self.slot_logits(hidden)  # (n, K, Vd)
         labels = packed.labels.to(dev)
         if self.label_index is not None:
             labels = torch.where(labels == -100, labels, self.label_index[labels.clamp_min(0)])

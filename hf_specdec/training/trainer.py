@@ -185,10 +185,14 @@ class DrafterTrainer:
         ).last_hidden_state[0]  # (n*K, H)
         return anchors, packed, hidden.view(len(anchors), K, -1)
 
+    def slot_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """(…, Vd) the drafter's scores of (…, H) slot states: the head rows it scores, selected once (frozen)."""
+        return F.linear(hidden.to(self.head_weight.dtype), self.head_weight)
+
     def sequence_loss(self, seq: TrainingSequence, rng: torch.Generator) -> tuple[torch.Tensor, int]:
         """DFlash loss of one sequence's packed blocks, and how many labels it had."""
         _, packed, hidden = self.packed_pass(seq, rng)
-        logits = F.linear(hidden.to(self.head_weight.dtype), self.head_weight)  # (n, K, Vd)
+        logits = self.slot_logits(hidden)  # (n, K, Vd)
         labels = packed.labels.to(self.device)
         if self.label_index is not None:
             labels = torch.where(labels == -100, labels, self.label_index.to(self.device)[labels.clamp_min(0)])

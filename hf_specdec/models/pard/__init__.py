@@ -3,6 +3,7 @@
 See docs/pard.md. This is the one place the kind is registered.
 """
 
+from ..block_drafter.policy import BlockPolicy
 from ..registry import KindCard, register_drafter_kind
 from .configuration_pard import PardConfig
 from .generation_pard import PardCandidateGenerator
@@ -12,6 +13,7 @@ KIND = register_drafter_kind(
     PardDrafter,
     PardCandidateGenerator,
     config_class=PardConfig,
+    policy_class=BlockPolicy,  # a pass drafts every slot without the drafts before it: q is prefix-independent
     card=KindCard(
         "A parallel drafter adapted from a pretrained causal LM of the target's family (PARD)",
         detail="It drafts a whole block in one forward: the committed tokens, then mask tokens whose outputs are "

@@ -1,0 +1,70 @@
+"""SpecOPD for a PARD drafter: on-policy distillation of a drafter adapted from a causal LM (docs/specopd.md
+section 4, docs/pard.md section 5).
+
+A PARD pass drafts every slot of a block at once, each slot seeing the committed tokens and the masks before it,
+never the tokens drafted at earlier slots: its q is prefix-independent, exactly the block drafter's policy
+(`BlockPolicy`, registered with the kind). SpecOPD's step is unchanged (`SpecOPDTrainer.sequence_loss`); what is
+PARD's is the drafter around it:
+- its states at the trunk's anchors come from one packed pass over the real tokens and each anchor's masks
+  (`pard_layout.block_states`, with gradients), the states decoding reads;
+- it scores with its own LM head (`PardDrafter.head_weight`), the live one when full fine-tuning trains it;
+- it is loaded, continued and saved as `PardTrainer` does it: a PARD adapter folder named by `--drafter` is trained
+  on (not stacked under a second adapter, which its config could not load), and the run's adapter folder loads
+  as the drafter.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+from transformers import PreTrainedConfig, PreTrainedModel
+
+from ..models.pard import PardDrafter
+from ..models.registry import kind_for_model_type
+from .config import DrafterTrainingConfig
+from .pard import PardTrainer
+from .specopd import SpecOPDTrainer
+
+
+def names_a_pard_drafter(name_or_path: str | None) -> bool:
+    """Whether `name_or_path` (a folder or Hub id) holds a drafter of the PARD kind or a kind built on it (read
+    from its config alone; a name that cannot be read is left to the loading that reports it)."""
+    if not name_or_path:
+        return False
+    try:
+        model_type = PreTrainedConfig.get_config_dict(str(name_or_path))[0].get("model_type")
+    except (OSError, ValueError):
+        return False
+    kind = kind_for_model_type(model_type)
+    return kind is not None and issubclass(kind.model_class, PardDrafter)
+
+
+class PardSpecOPDTrainer(SpecOPDTrainer, PardTrainer):
+    """`SpecOPDTrainer` on a PARD drafter (`--objective specopd --drafter <a PARD drafter>`): SpecOPD's loss and
+    counters, PARD's loading, checkpoints (trainable tensors only) and adapter folder."""
+
+    objective: ClassVar[str] = "specopd"
+
+    @classmethod
+    def build_drafter(cls, config: DrafterTrainingConfig, target: PreTrainedModel) -> PardDrafter:
+        drafter = super().build_drafter(config, target)  # PardTrainer's: SpecOPDTrainer has none of its own
+        if type(drafter) is not PardDrafter:
+            raise ValueError(
+                f"--drafter {config.drafter} is a {type(drafter).__name__}, a head on a PARD drafter: SpecOPD trains "
+                "the PARD drafter itself. Pass the PARD drafter the head sits on (its config's `backbone`), or train "
+                "the head with scripts/train_corrector.py or scripts/train_mixture.py"
+            )
+        return drafter
+
+    def slot_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """(…, Vd) scores of (…, H) slot states with the drafter's own head: the rows selected once while the head is
+        frozen (LoRA), the head as it is now when full fine-tuning trains it."""
+        if not self.drafter.get_output_embeddings().weight.requires_grad:
+            return super().slot_logits(hidden)
+        weight = self.drafter.head_weight()  # (Vd, H), part of the graph
+        return F.linear(hidden.to(weight.dtype), weight)
+
+
+__all__ = ["PardSpecOPDTrainer", "names_a_pard_drafter"]
