@@ -1,6 +1,6 @@
 """SpecOPD on a PARD drafter: the q it trains is the q decoding samples from, it raises the expected accepted length,
-a run from a PARD adapter folder trains that adapter on and saves one that loads, a head on a PARD drafter is
-refused with what to do instead."""
+a run from a PARD adapter folder trains that adapter on and saves one that loads, a head on a PARD drafter (and
+sequential OPD on any PARD drafter) is refused with what to do instead."""
 
 from __future__ import annotations
 
@@ -94,6 +94,7 @@ def test_a_specopd_run_from_a_pard_adapter_folder_trains_that_adapter_on(tmp_pat
 
 
 def test_specopd_refuses_a_head_on_a_pard_drafter_and_keeps_block_drafters_its_own(tmp_path):
+    """Sequential OPD (a block drafter's rollout) refuses a PARD drafter, naming the objectives that train one."""
     target = saved_run_inputs(tmp_path)  # also a block drafter in tmp_path / "drafter"
     with_head("dcoco", target, block_size=4).save_pretrained(tmp_path / "head")
     common = dict(objective="specopd", target="tiny", output_dir=str(tmp_path))
@@ -102,3 +103,7 @@ def test_specopd_refuses_a_head_on_a_pard_drafter_and_keeps_block_drafters_its_o
     assert trainer_class(config) is PardSpecOPDTrainer
     with pytest.raises(ValueError, match="SpecOPD trains the PARD drafter itself.*train_corrector"):
         PardSpecOPDTrainer.build_drafter(config, target)
+    pard(target).save_pretrained(tmp_path / "pard")
+    sequential = DistillationConfig(**{**common, "objective": "sequential_opd"}, drafter=str(tmp_path / "pard"))
+    with pytest.raises(ValueError, match="is a PARD drafter. Train it on its own policy with --objective specopd"):
+        trainer_class(sequential)
