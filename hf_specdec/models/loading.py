@@ -24,7 +24,7 @@ from transformers import AutoConfig, PreTrainedModel
 
 from .base_models import offline_models_dir
 from .block_drafter import BlockDrafter
-from .registry import kind_for_model_type
+from .registry import DrafterKind, kind_for_model_type
 
 ADAPTER_CONFIG = "adapter_config.json"
 _HUB_KWARGS = ("revision", "cache_dir", "token", "local_files_only", "subfolder")
@@ -49,14 +49,20 @@ def _load_drafter(name_or_path, chain: tuple[str, ...], kwargs: dict) -> PreTrai
     """`load_drafter`; `chain`: the adapter folders whose bases are being loaded, outermost first."""
     hub = {k: kwargs[k] for k in _HUB_KWARGS if k in kwargs}
     name_or_path = _adapter_snapshot(name_or_path, hub) or name_or_path
-    try:
-        model_type = AutoConfig.from_pretrained(name_or_path, **hub).model_type
-    except (OSError, ValueError, KeyError):
-        model_type = None
-    kind = kind_for_model_type(model_type)
+    kind = saved_kind(name_or_path, **hub)
     if is_adapter(name_or_path) and not hasattr(getattr(kind, "model_class", None), "from_adapter_folder"):
         return _load_adapter(name_or_path, None, chain, kwargs)
     return (kind.model_class if kind else BlockDrafter).from_pretrained(name_or_path, **kwargs)
+
+
+def saved_kind(name_or_path: str | os.PathLike, **hub) -> DrafterKind | None:
+    """The registered kind whose `model_type` the config of `name_or_path` (a folder or a Hub id) names; None when
+    it names none or cannot be read (a DFlash checkpoint, an adapter folder without a config, a missing name)."""
+    try:
+        model_type = AutoConfig.from_pretrained(name_or_path, **hub).model_type
+    except (OSError, ValueError, KeyError):
+        return None
+    return kind_for_model_type(model_type)
 
 
 def is_adapter(folder: str | os.PathLike) -> bool:
@@ -137,4 +143,4 @@ def _load_adapter(folder, base: PreTrainedModel | None, chain: tuple[str, ...], 
     return PeftModel.from_pretrained(base, str(folder)).merge_and_unload()
 
 
-__all__ = ["ADAPTER_CONFIG", "adapter_base", "is_adapter", "load_adapter", "load_drafter"]
+__all__ = ["ADAPTER_CONFIG", "adapter_base", "is_adapter", "load_adapter", "load_drafter", "saved_kind"]

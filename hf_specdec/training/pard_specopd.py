@@ -19,10 +19,10 @@ from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
-from transformers import PreTrainedConfig, PreTrainedModel
+from transformers import PreTrainedModel
 
+from ..models.loading import saved_kind
 from ..models.pard import PardDrafter
-from ..models.registry import kind_for_model_type
 from .config import DrafterTrainingConfig
 from .pard import PardTrainer
 from .specopd import SpecOPDTrainer
@@ -31,13 +31,7 @@ from .specopd import SpecOPDTrainer
 def names_a_pard_drafter(name_or_path: str | None) -> bool:
     """Whether `name_or_path` (a folder or Hub id) holds a drafter of the PARD kind or a kind built on it (read
     from its config alone; a name that cannot be read is left to the loading that reports it)."""
-    if not name_or_path:
-        return False
-    try:
-        model_type = PreTrainedConfig.get_config_dict(str(name_or_path))[0].get("model_type")
-    except (OSError, ValueError):
-        return False
-    kind = kind_for_model_type(model_type)
+    kind = saved_kind(name_or_path) if name_or_path else None
     return kind is not None and issubclass(kind.model_class, PardDrafter)
 
 

@@ -56,14 +56,14 @@ def trainer_class(config: DrafterTrainingConfig) -> type[DrafterTrainer]:
     drafter (`--drafter` names one) has its own."""
     classes = type(config.for_objective()).__mro__
     trainer = next(TRAINERS[cls] for cls in classes if cls in TRAINERS)
-    if trainer in (SpecOPDTrainer, SequentialOPDTrainer) and names_a_pard_drafter(config.drafter):
-        if trainer is SequentialOPDTrainer:
-            raise ValueError(
-                f"--objective sequential_opd rolls out a block drafter's passes; --drafter {config.drafter} is a PARD "
-                "drafter. Train it on its own policy with --objective specopd (one tree-masked target pass per "
-                "sequence), or teacher-forced with --objective pard"
-            )
+    if trainer is SpecOPDTrainer and names_a_pard_drafter(config.drafter):
         return PardSpecOPDTrainer
+    if trainer is SequentialOPDTrainer and names_a_pard_drafter(config.drafter):
+        raise ValueError(
+            f"--objective sequential_opd rolls out a block drafter's passes; --drafter {config.drafter} is a PARD "
+            "drafter. Train it on its own policy with --objective specopd (one tree-masked target pass per "
+            "sequence), or teacher-forced with --objective pard"
+        )
     return trainer
 
 
