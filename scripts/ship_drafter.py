@@ -14,13 +14,15 @@ config, TRAINING.md and loss.png with a model card in one commit (`hf_specdec.hu
 them instead); a drafter trained from a local target folder needs --target_id. No local path goes up: the target's
 folder becomes --target_id, an offline model its name, a path under the working directory a relative one. Without
 --benchmark the card says it has no measured results.
-All of it is `hf_specdec.hub.ship.ship_drafter`.
+All of it is `upkeep.ship.ship_drafter` (repository upkeep, outside the hf_specdec package).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
+from pathlib import Path
 
 
 def main() -> None:
@@ -56,7 +58,8 @@ def main() -> None:
         "--draft_vocab_size", type=int, default=None, help="score only the first N token ids (and EOS): a cheaper head"
     )
     args = parser.parse_args()
-    from hf_specdec.hub.ship import ship_drafter  # torch and transformers: after the arguments
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, which holds upkeep/
+    from upkeep.ship import ship_drafter  # torch and transformers: after the arguments
 
     try:
         ship_drafter(

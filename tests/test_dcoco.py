@@ -7,15 +7,19 @@ import torch
 from conftest import OracleDCOCODrafter, make_drafter, oracle
 from transformers import AutoModel
 
-from hf_specdec import DCOCOConfig, DCOCODrafter, DecodingSettings
-from hf_specdec.models.dcoco.walk import conditional_log_probs, prefix_first_walk, sampled_walk
+import hf_specdec
+from hf_specdec import BlockDrafter, BlockDrafterConfig, DCOCOConfig, DCOCODrafter, DecodingSettings, head_of
+from hf_specdec.models.heads.dcoco.walk import conditional_log_probs, prefix_first_walk, sampled_walks, walk_q
 from hf_specdec.training.losses import dcoco_selection_loss
 
 NEW_TOKENS = 29
 
 
 def dcoco(target, block_size=5, **kwargs):
-    return DCOCODrafter.from_block_drafter(make_drafter(target, block_size), **kwargs).eval()
+    """A block drafter with a fresh DCOCO head attached (`attach_head` through the compatibility alias)."""
+    drafter = DCOCODrafter.from_block_drafter(make_drafter(target, block_size), **kwargs).eval()
+    assert type(drafter) is BlockDrafter and head_of(drafter).name == "dcoco"
+    return drafter
 
 
 def test_corrector_has_the_published_parameter_count(target):
@@ -27,28 +31,36 @@ def test_corrector_has_the_published_parameter_count(target):
 def test_walk_picks_the_best_continuation_of_the_chosen_predecessor():
     first = torch.tensor([0.0, 2.0, 1.0])
     nxt = torch.tensor([[[5.0, 0.0, 0.0], [0.0, 0.0, 3.0], [9.0, 0.0, 0.0]]])  # (1, 3, 3)
-    assert prefix_first_walk(first, nxt).tolist() == [1, 2]  # slot 1 -> cand 1; its best successor is 2
-    tables = conditional_log_probs(first, nxt)
+    # batched over blocks: (n, K) and (n, k - 1, K, K); a second block whose slot 1 prefers candidate 2
+    first_b = torch.stack([first, torch.tensor([0.0, 1.0, 4.0])])  # (2, 3)
+    nxt_b = torch.stack([nxt, nxt])  # (2, 1, 3, 3)
+    assert prefix_first_walk(first_b, nxt_b).tolist() == [[1, 2], [2, 0]]  # slot 1 -> cand 1; its best successor 2
+    tables = conditional_log_probs(first, nxt)  # one block (a tree's)
     assert [t.shape for t in tables] == [(1, 3), (3, 3)]
 
 
 def test_sampled_walk_returns_the_conditionals_it_drew_from():
     torch.manual_seed(0)
-    first, nxt = torch.randn(4), torch.randn(2, 4, 4)
-    draws, q = sampled_walk(first, nxt, temperature=0.5, branches=3)
-    assert draws.shape == (3, 3) and q.shape == (3, 4)
-    torch.testing.assert_close(q[0], torch.softmax(first / 0.5, -1))
-    torch.testing.assert_close(q[1], torch.softmax(nxt[0, draws[0, 0]] / 0.5, -1))
-    torch.testing.assert_close(q[2], torch.softmax(nxt[1, draws[1, 0]] / 0.5, -1))
+    first, nxt = torch.randn(2, 4), torch.randn(2, 2, 4, 4)  # n = 2 blocks, k = 3 slots, K = 4 candidates
+    picks, q = sampled_walks(first, nxt, temperature=0.5, walks=3)
+    assert picks.shape == (2, 3, 3) and q.shape == (2, 3, 3, 4)
+    for b in range(2):
+        for w in range(3):  # each walk's slot is drawn given the walk's own predecessor
+            torch.testing.assert_close(q[b, w, 0], torch.softmax(first[b] / 0.5, -1))
+            torch.testing.assert_close(q[b, w, 1], torch.softmax(nxt[b, 0, picks[b, w, 0]] / 0.5, -1))
+            torch.testing.assert_close(q[b, w, 2], torch.softmax(nxt[b, 1, picks[b, w, 1]] / 0.5, -1))
+    torch.testing.assert_close(q, walk_q(first, nxt, picks, 0.5))  # the q training reads along the same walks
 
 
 def test_zero_transitions_reproduce_the_plain_drafter(target, prompt):
     base = make_drafter(target, 6)
-    drafter = DCOCODrafter.from_block_drafter(base).eval()
+    drafter = hf_specdec.attach_head(base, "dcoco").eval()
+    assert head_of(base) is None and not hasattr(base, "corrector")  # the base stays as it was
     torch.nn.init.zeros_(drafter.corrector.scorer_out.weight)
     torch.nn.init.zeros_(drafter.corrector.scorer_out.bias)
     first, nxt = torch.randn(5), torch.zeros(3, 5, 5) + torch.randn(3, 1, 5)  # unary only: rows identical
-    assert prefix_first_walk(first, nxt).tolist() == [int(first.argmax())] + nxt[:, 0].argmax(-1).tolist()
+    walk = prefix_first_walk(first[None], nxt[None])[0]
+    assert walk.tolist() == [int(first.argmax())] + nxt[:, 0].argmax(-1).tolist()
     ref = target.generate(prompt, do_sample=False, max_new_tokens=NEW_TOKENS, assistant_model=base)
     out = target.generate(prompt, do_sample=False, max_new_tokens=NEW_TOKENS, assistant_model=drafter)
     assert torch.equal(out, ref)
@@ -58,6 +70,8 @@ def test_zero_transitions_reproduce_the_plain_drafter(target, prompt):
         gen.queue_features(
             torch.randn(1, prompt.shape[1], gen.pending_width, generator=torch.Generator().manual_seed(0))
         )
+    assert base_gen.head is None and dcoco_gen.head is not None  # the same (base's) generator, read by the head
+    assert type(base_gen) is type(dcoco_gen)
     assert torch.equal(base_gen.propose(prompt, 5)[0], dcoco_gen.propose(prompt, 5)[0])
 
 
@@ -116,8 +130,10 @@ def test_save_and_load_through_auto_model(target, prompt, tmp_path):
     drafter.decoding = DecodingSettings(budget="fixed", tree_budget=5)
     drafter.save_pretrained(tmp_path)
     loaded = AutoModel.from_pretrained(tmp_path).eval()
-    assert isinstance(loaded, DCOCODrafter) and isinstance(loaded.config, DCOCOConfig)
-    assert loaded.config.corrector_candidates == 6 and loaded.decoding == drafter.decoding
+    assert type(loaded) is BlockDrafter and isinstance(loaded, DCOCODrafter)  # the base's class, carrying the head
+    assert loaded.config.model_type == BlockDrafterConfig.model_type and head_of(loaded).name == "dcoco"
+    assert loaded.config.head["type"] == "dcoco" and loaded.config.head["corrector_candidates"] == 6
+    assert loaded.decoding == drafter.decoding
     for name, tensor in drafter.state_dict().items():
         assert torch.equal(tensor, loaded.state_dict()[name]), name
 
@@ -133,13 +149,42 @@ def test_selection_loss_skips_slots_outside_the_candidates():
 
 def test_config_rejects_bad_corrector_shapes(target):
     with pytest.raises(ValueError, match="corrector_candidates"):
+        BlockDrafterConfig.for_target(target.config, mask_token_id=1, head={"type": "dcoco", "corrector_candidates": 0})
+    with pytest.raises(ValueError, match="corrector_candidates"):
+        hf_specdec.attach_head(make_drafter(target, 4), "dcoco", corrector_candidates=0)
+    with pytest.raises(ValueError, match="corrector_candidates"):  # the config class of the old saved format too
         DCOCOConfig.for_target(target.config, mask_token_id=1, corrector_candidates=0)
 
 
 def test_load_drafter_picks_the_class_from_the_checkpoint(target, tmp_path):
-    from hf_specdec import BlockDrafter, load_drafter
+    from hf_specdec import load_drafter
 
-    dcoco(target, 4).save_pretrained(tmp_path / "dcoco")
+    drafter = dcoco(target, 4, corrector_candidates=5)
+    drafter.save_pretrained(tmp_path / "dcoco")
     make_drafter(target, 4).save_pretrained(tmp_path / "block")
-    assert type(load_drafter(tmp_path / "dcoco")) is DCOCODrafter
-    assert type(load_drafter(tmp_path / "block")) is BlockDrafter
+    loaded = load_drafter(tmp_path / "dcoco")
+    assert type(loaded) is BlockDrafter and head_of(loaded).name == "dcoco"
+    block = load_drafter(tmp_path / "block")
+    assert type(block) is BlockDrafter and head_of(block) is None and not isinstance(block, DCOCODrafter)
+
+
+def test_a_folder_saved_in_the_old_dcoco_format_loads_with_its_head(target, tmp_path):
+    """A folder saved when the pair was a class of its own (model_type hf_specdec_dcoco, the head's shape at the top
+    level of its config, no `head`) loads as the base with the head attached, through AutoModel and load_drafter."""
+    import json
+
+    from hf_specdec import load_drafter
+
+    drafter = dcoco(target, 4, corrector_candidates=5)
+    torch.nn.init.normal_(drafter.corrector.scorer_out.weight, std=1.0)
+    drafter.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    shape = {k: v for k, v in config.pop("head").items() if k != "type"}
+    config.pop("backbone", None)
+    (tmp_path / "config.json").write_text(json.dumps({**config, **shape, "model_type": "hf_specdec_dcoco"}))
+    for load in (AutoModel.from_pretrained, load_drafter, DCOCODrafter.from_pretrained):
+        legacy = load(tmp_path)
+        assert type(legacy) is BlockDrafter and isinstance(legacy.config, DCOCOConfig), load
+        assert head_of(legacy).name == "dcoco" and legacy.config.head["corrector_candidates"] == 5
+        for name, tensor in drafter.state_dict().items():
+            assert torch.equal(tensor, legacy.state_dict()[name]), name

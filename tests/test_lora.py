@@ -43,7 +43,7 @@ def test_adapter_only_save_merge_and_load_back(tmp_path, cls):
     files = {p.name for p in (tmp_path / "adapter").iterdir()}
     assert files == {"adapter_config.json", "adapter_model.safetensors", "README.md"}
     loaded = load_drafter(tmp_path / "adapter")  # base named in the adapter config, adapter merged
-    assert type(loaded) is cls and not any("lora" in n for n, _ in loaded.named_parameters())
+    assert isinstance(loaded, cls) and not any("lora" in n for n, _ in loaded.named_parameters())
     assert torch.allclose(block_output(loaded, target), with_adapter, atol=1e-5)
     merged = merge_lora(adapted)
     assert torch.allclose(block_output(merged, target), with_adapter, atol=1e-5)

@@ -13,12 +13,12 @@ from test_pard import pard, tiny_lm
 from test_pard_heads import with_head
 from test_pard_training import _config
 from test_specopd import expected_accepted, specopd_setup
-from transformers import GenerationConfig
+from transformers import GenerationConfig, LogitsProcessorList, TemperatureLogitsWarper
 
 import hf_specdec
-from hf_specdec import PardDrafter
-from hf_specdec.models.block_drafter.policy import BlockPolicy
+from hf_specdec import PardDrafter, head_of
 from hf_specdec.models.pard import PardCandidateGenerator
+from hf_specdec.models.policy import BlockPolicy
 from hf_specdec.training.config import DistillationConfig
 from hf_specdec.training.data import TrainingSequence
 from hf_specdec.training.pard_layout import block_states
@@ -29,14 +29,15 @@ from hf_specdec.training.specopd import SpecOPDTrainer
 
 def test_the_q_specopd_trains_is_the_q_decoding_samples_from(tmp_path):
     """Per anchor, the trainer's q of every slot (packed pass, its head, the policy at T = 0.7) equals the softmax at
-    T of the candidate generator's slot scores for the same committed tokens."""
+    T of the candidate generator's slot scores for the same committed tokens, and the q its sampled proposal (the
+    tree decoding verifies, at the call's temperature) carries."""
     target = tiny_target("llama").float()
     drafter = pard(target, block_size=5).float()
     ids = torch.arange(10, 40)  # (T,)
     seq = TrainingSequence(ids=ids, features=torch.zeros(len(ids), 1), loss_start=1)
     config = DistillationConfig(objective="specopd", target="tiny", output_dir=str(tmp_path), temperature=0.7)
     trainer = PardSpecOPDTrainer(config, target, drafter, [seq])
-    assert isinstance(trainer.policy, BlockPolicy)
+    assert type(trainer.policy) is BlockPolicy and head_of(drafter) is None  # the base's policy: no head
     drafter.eval()
     anchors = torch.tensor([4, 17, 25])
     with torch.no_grad():
@@ -46,6 +47,15 @@ def test_the_q_specopd_trains_is_the_q_decoding_samples_from(tmp_path):
             gen = PardCandidateGenerator(drafter, target, GenerationConfig(max_length=60))
             decoded = gen.draft_logits(ids[None, : a + 1], 4).float()  # (k, Vd)
             torch.testing.assert_close(scores[i], torch.log_softmax(decoded / 0.7, -1), atol=1e-4, rtol=1e-4)
+            gen = PardCandidateGenerator(drafter, target, GenerationConfig(max_length=60))
+            tree = gen.sampled_tree(ids[None, : a + 1], 4, 2, LogitsProcessorList([TemperatureLogitsWarper(0.7)]))
+            torch.testing.assert_close(tree.q.float(), trainer.policy.path_q(scores, tree_tokens(tree))[i, 0])
+
+
+def tree_tokens(tree) -> torch.LongTensor:
+    """(n, 1, k) the sampled chain of a `sampled_chain` tree (the first node of each depth), any n (q is the same)."""
+    depths = tree.depths()
+    return torch.tensor([tree.tokens[i] for i in tree.path_to(depths.index(max(depths)))])[None, None]
 
 
 def test_specopd_raises_a_pard_drafter_s_expected_accepted_length(tmp_path):
@@ -97,13 +107,16 @@ def test_specopd_refuses_a_head_on_a_pard_drafter_and_keeps_block_drafters_its_o
     """Sequential OPD (a block drafter's rollout) refuses a PARD drafter, naming the objectives that train one."""
     target = saved_run_inputs(tmp_path)  # also a block drafter in tmp_path / "drafter"
     with_head("dcoco", target, block_size=4).save_pretrained(tmp_path / "head")
+    pard(target).save_pretrained(tmp_path / "pard")
+    hf_specdec.save_head(with_head("dblast", target, block_size=4), tmp_path / "dblast", backbone="../pard")
     common = dict(objective="specopd", target="tiny", output_dir=str(tmp_path))
     assert trainer_class(DistillationConfig(**common, drafter=str(tmp_path / "drafter"))) is SpecOPDTrainer
-    config = DistillationConfig(**common, drafter=str(tmp_path / "head"))
-    assert trainer_class(config) is PardSpecOPDTrainer
-    with pytest.raises(ValueError, match="SpecOPD trains the PARD drafter itself.*train_corrector"):
-        PardSpecOPDTrainer.build_drafter(config, target)
-    pard(target).save_pretrained(tmp_path / "pard")
+    for folder, head in (("head", "dcoco"), ("dblast", "dblast")):  # full weights, and a head saved alone
+        config = DistillationConfig(**common, drafter=str(tmp_path / folder))
+        assert trainer_class(config) is PardSpecOPDTrainer
+        refusal = f"is a PardDrafter with a {head} head, a head on a PARD drafter: SpecOPD trains the PARD drafter"
+        with pytest.raises(ValueError, match=f"{refusal} itself.*train_corrector"):
+            PardSpecOPDTrainer.build_drafter(config, target)
     sequential = DistillationConfig(**{**common, "objective": "sequential_opd"}, drafter=str(tmp_path / "pard"))
     with pytest.raises(ValueError, match="is a PARD drafter. Train it on its own policy with --objective specopd"):
         trainer_class(sequential)

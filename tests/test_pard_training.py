@@ -161,7 +161,7 @@ def test_export_only_saves_a_checkpoint_mid_run_without_training_on(tmp_path):
 
     with pytest.raises(KeyboardInterrupt):
         trainer.train(on_step_end=crash)
-    from hf_specdec.hub.ship import ship_drafter
+    from upkeep.ship import ship_drafter
 
     # the checkpoint holds the LoRA weights alone: shipping it says how to save a drafter first, and writes nothing
     with pytest.raises(ValueError, match="--export_only"):
@@ -178,7 +178,7 @@ def test_export_only_saves_a_checkpoint_mid_run_without_training_on(tmp_path):
 
 
 def test_a_pard_run_ships_as_its_adapter_with_a_draft_vocabulary(tmp_path):
-    from hf_specdec.hub.ship import ship_drafter
+    from upkeep.ship import ship_drafter
 
     saved_run_inputs(tmp_path, sequences=4)
     tiny_lm().save_pretrained(tmp_path / "lm")

@@ -17,8 +17,8 @@ from huggingface_hub import HfApi
 from test_hub import REPO_ROOT, TOKEN, save_drafter
 
 from hf_specdec.hub import publish_drafter
-from hf_specdec.hub import ship as ship_module
-from hf_specdec.hub.ship import ship_drafter
+from upkeep import ship as ship_module
+from upkeep.ship import ship_drafter
 
 local_hub, hub_env, tiny = test_hub.local_hub, test_hub.hub_env, test_hub.tiny  # the loopback Hub's fixtures
 OWN_FILES = ["README.md", "TRAINING.md", "config.json", "model.safetensors"]  # what save_drafter leaves, + the card

@@ -23,7 +23,7 @@ import torch
 
 import hf_specdec
 from hf_specdec.models.block_drafter import DraftContextCache
-from hf_specdec.models.dcoco.walk import prefix_first_walk
+from hf_specdec.models.heads.dcoco.walk import prefix_first_walk
 
 COLUMNS = [
     "block_size",
@@ -91,12 +91,12 @@ def drafter_ms(drafter, noise, context, feats, reps: int) -> float:
 
 def corrector_ms(drafter, target, hidden, logits, reps: int, candidates: int) -> float:
     """Time of DCOCO's correction on one block: candidates, transitions and the walk."""
-    dcoco = hf_specdec.DCOCODrafter.from_block_drafter(drafter, corrector_candidates=candidates).eval()
+    dcoco = hf_specdec.attach_head(drafter, "dcoco", corrector_candidates=candidates).eval()
     embed = target.get_input_embeddings()
-    anchor = embed.weight[0]
+    anchor = torch.zeros(1, dtype=torch.long, device=hidden.device)
 
     def correct():
-        scores = dcoco.corrector_scores(hidden, logits, anchor, embed)
+        scores = dcoco.corrector.scores(hidden[None], logits[None], anchor, embed, None)
         prefix_first_walk(scores.first, scores.nxt).tolist()  # the walk's result is read, as in a real step
 
     return median_ms(correct, reps)

@@ -28,7 +28,7 @@ commit 21-25% more than they did; counting only the copy's own nodes, MT-Bench's
 committed 88).
 
 Counts start from a weak prior (one pseudo-node per depth) and decay (old steps weigh less), so the model follows
-a call whose text changes; it lives on the drafter (`drafter.acceptance_model`) and is kept between calls.
+a call whose text changes; it is part of the drafter's `BudgetMemory` (`budget_memory.py`), kept between calls.
 """
 
 from __future__ import annotations
@@ -56,11 +56,6 @@ class AcceptanceModel:
     """Per-depth acceptance counts for each node source (the keys of `PRIOR_RATE`)."""
 
     counts: dict[str, dict[int, DepthCounts]] = field(default_factory=lambda: {k: {} for k in PRIOR_RATE})
-    # per batch size: [plain steps left before the next probe, plain steps after the next failed probe]; kept with
-    # the drafter, so a later call at the same load starts where this one left off instead of probing afresh
-    schedule: dict[int, list[int]] = field(default_factory=dict)
-    draft_seconds: list[float] = field(default_factory=list)  # the drafter's seconds per row, recent drafted steps
-    typical: list[float] = field(default_factory=list)  # node values of the last drafted tree, best first
 
     def record(self, tree: DraftTree, path: list[int]) -> None:
         """Count a verified tree whose accepted nodes (root to leaf) are `path`."""
@@ -120,7 +115,6 @@ class AcceptanceModel:
 
     def reset(self) -> None:
         self.counts = {k: {} for k in PRIOR_RATE}
-        self.schedule, self.draft_seconds, self.typical = {}, [], []
 
 
 def siblings_share(parents: list[int], given_parent: list[float], first: list[bool]) -> list[float]:
@@ -167,13 +161,4 @@ def conditional_q(tree: DraftTree, node: int) -> float | None:
     return None if base is None else math.exp(logq - base)
 
 
-def acceptance_model_of(drafter) -> AcceptanceModel:
-    """The drafter's acceptance model, made on first use and kept on the drafter between calls."""
-    model = getattr(drafter, "acceptance_model", None)
-    if not isinstance(model, AcceptanceModel):
-        model = AcceptanceModel()
-        drafter.acceptance_model = model
-    return model
-
-
-__all__ = ["AcceptanceModel", "acceptance_model_of", "conditional_q", "lookup_source", "siblings_share", "source"]
+__all__ = ["AcceptanceModel", "conditional_q", "lookup_source", "siblings_share", "source"]

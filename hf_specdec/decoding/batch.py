@@ -22,17 +22,16 @@ from dataclasses import dataclass, field
 import torch
 from transformers import GenerationConfig, LogitsProcessorList, PretrainedConfig, PreTrainedModel, StoppingCriteriaList
 from transformers.cache_utils import DynamicCache
-from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria
 
 from ..models.padding import left_pad
-from ..models.registry import generator_class_for
+from ..models.registry import capabilities_of, generator_class_for
 from ..models.settings import DecodingSettings
 from ..models.target_features import tapped_features
 from ..verification.processed import probabilities, process_rows, row_processors
 from ..verification.stats import BatchForwards
-from .acceptance_model import acceptance_model_of
-from .budget import Budget
-from .step_cost import cost_model
+from ..verification.stopping import extra_stopping_criteria
+from .budget import Budget, FixedBudget
+from .budget_memory import memory_of
 
 
 @dataclass
@@ -47,6 +46,7 @@ class Row:
     processors: LogitsProcessorList | None = None  # the call's processors as they apply to this row
     done: bool = False
     copying: bool = False  # its last step accepted a node the prompt-lookup branch proposed (the budget reads it)
+    drafter_behind: bool = True  # its drafter has not read all its tokens (the prompt, plain steps'): it catches up
     new_tokens: list[int] = field(default_factory=list)
     scores: list[torch.Tensor] | None = None  # (1, V) processed rows of committed tokens, when asked for
     logits: list[torch.Tensor] | None = None  # (1, V) raw rows of committed tokens, when asked for
@@ -66,14 +66,14 @@ class SpeculativeBatch:
         self.target, self.drafter, self.config = target, drafter, generation_config
         self.logits_processor = logits_processor or LogitsProcessorList()
         # max_length and EOS are applied per row by `commit`; other criteria are checked token by token there
-        extra = [c for c in stopping_criteria or () if not isinstance(c, (MaxLengthCriteria, EosTokenCriteria))]
-        self.stopping_criteria = StoppingCriteriaList(extra) if extra else None
+        self.stopping_criteria = extra_stopping_criteria(stopping_criteria)
         self.settings: DecodingSettings = drafter.decoding
         self.do_sample = bool(generation_config.do_sample)
         self.exact_q = self.do_sample and self.settings.sampled_drafts == "exact"
         self.generator_class = generator_class_for(drafter)
+        self.draft_rows = capabilities_of(drafter).draft_rows  # the generator class drafts rows in one pass
         adaptive = self.settings.budget == "auto"
-        self.budget = Budget(cost_model(target), acceptance_model_of(drafter)) if adaptive else None
+        self.budget = Budget(memory_of(drafter, target)) if adaptive else FixedBudget()
         self.rows: list[Row] = []
         self.forwards = BatchForwards()  # target forwards of the whole batch, shared by its rows' statistics
         self.cache = DynamicCache()
@@ -153,8 +153,6 @@ class SpeculativeBatch:
             added.append(row)
         self._merge(cache, valid)
         self.rows.extend(added)
-        if self.budget is not None:
-            self.budget.catching_up = True  # the drafter has not read the new rows' prompts yet
         return added
 
     def drop(self, keep: list[int]) -> None:
@@ -179,7 +177,7 @@ class SpeculativeBatch:
 
     def checkpoint(self) -> Callable[[], None]:
         """A function that puts the batch back as it is now: the target's cache and slot mask, the rows (tokens,
-        done flags, each row's drafter state: context cache, queued features, statistics) and the budget's counts.
+        done flags, each row's drafter state: context cache, queued features, statistics) and the budget's memory.
         A step or `add` that raises half-way (an out-of-memory error in one layer leaves some cache layers grown
         and the drafters' queued features consumed) is undone with it and can be run again.
 

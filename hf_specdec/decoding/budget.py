@@ -1,52 +1,20 @@
-"""The adaptive budget: how many drafted tokens each step verifies, chosen to maximise committed tokens per second.
+"""The adaptive budget: per step, whether the drafter runs and which drafted nodes are verified, chosen for the most
+committed tokens per second on this machine; lossless (it only removes nodes before verification).
 
-Inputs: the step-cost model (seconds of a target forward over n fed tokens, measured here), the acceptance model
-(per-depth acceptance, kept on the drafter) and the drafter's own confidence (its top-k probabilities, in the best-
-first tree's path scores). Per step, for a batch of B rows whose drafts were built at their largest allowed size:
-
-- every node gets v = estimated probability that it is accepted (`AcceptanceModel.node_values`); in a row, the N
-  nodes of highest v form a subtree (a child's v never exceeds its parent's) whose expected committed tokens are
-  1 + (sum of their v) (greedy verification accepts at most one child per node, so the sum is the expected
-  accepted length);
-- the budget picks the N (the same for all rows: they are padded to one width) maximising
-  sum over rows of (1 + E_b(N)) / (cost(B rows x (1 + N)) + drafter seconds), and keeps those nodes;
-- ties within measurement noise (`NOISE`) go to the larger N: on a flat curve two sizes cost the same up to the
-  timer's jitter, and the larger one commits more when the acceptance model is too cautious;
-- when even the best N commits fewer tokens per second than plain one-token steps (B / cost(B rows x 1)), the next
-  steps are plain (no drafter pass at all) for a while, twice as long each time a probe confirms it, and one
-  drafted step probes again; the drafted rate judged is the lower of the models' prediction and what the last few
-  drafted steps at this load have really committed per second (their tokens over their seconds, drafter and
-  bookkeeping included), so a model that is too hopeful cannot keep a losing load drafting. Those seconds include
-  the passes in which the drafter first caught up (on a joining request's prompt, or on the tokens of plain steps):
-  in a server every join costs such a pass, so drafting that only breaks even per step loses to plain steps once
-  its catch-ups are counted (measured: at 4 requests, drafted steps at 13 tokens/s against plain steps' 12.6 made
-  the run 0.94x of plain batched generate). One catch-up among a few steps that pay well does not stop them. The
-  drafter's seconds per row the models use are a median of passes that did not first catch up. Before a due
-  probe, and before the first drafted step at a load, the models are asked first: when they put the best drafted
-  rate more than `PROBE_MARGIN` below plain steps', the step stays plain. With many rows on a compute-bound device
-  this is what happens: drafting stops, or never starts.
-  A batch size not seen yet starts in plain mode when a smaller one (down to half) is in it, and borrows the curve of a
-  row count within a quarter of it (scaled by the rows), so a server whose load drifts does not probe and measure
-  afresh at every row count.
-- the one-token cost of a batch size is measured by a plain step (no drafter pass is wasted on it); sizes whose cost
-  is not measured yet are verified next, in real steps (`step_cost.GRID`), so the curve is filled in by the work
-  itself, but only sizes that could still pay (judged by the cheapest cost they can have, against the measured
-  sizes and plain steps); none past a size that
-  costs about its token count in one-token forwards (nothing larger can pay there). Such measuring steps are not
-  judged: their size was not chosen to pay.
-
-Lossless: the budget only removes nodes before verification (a subtree stays a valid draft with the exact q each
-node was drawn from); what is accepted is decided by the acceptance rule alone.
+The step asks `plan = budget.plan(rows, draft)` (a plain one-token step, or the drafted trees cut to the nodes that
+pay) and reports what it did with `budget.learn(record)`; what outlives the call is the drafter's `BudgetMemory`
+(acceptance counts, schedule, drafter seconds, cost curve), saved with `budget.save()`. The design (inputs, memory
+and lifetimes, the probe/back-off schedule, measuring steps, why it is lossless) is in docs/budget.md.
 """
 
 from __future__ import annotations
 
-import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..verification.tree import DraftTree
-from .acceptance_model import AcceptanceModel
-from .step_cost import GRID, StepCostModel
+from .budget_memory import BudgetMemory
+from .step_cost import GRID
 
 MAX_BACKOFF = 64  # plain steps between probes, at most
 NOISE = 0.03  # rates this close to the best count as equal (the larger size wins)
@@ -56,98 +24,137 @@ PROBE_MARGIN = 0.2  # a due probe is skipped when the models put drafting this f
 
 
 @dataclass
+class StepPlan:
+    """What one step verifies: per row, `trees[b]`, cut from `drafts[b]` (the tree as drafted)."""
+
+    drafted: bool  # the drafter ran (False: a plain one-token step, every tree empty)
+    trees: list[DraftTree]
+    drafts: list[DraftTree]
+    measuring: bool = False  # its size was chosen to measure the cost curve, not to pay: never judged
+
+    @classmethod
+    def plain(cls, rows: int) -> StepPlan:
+        """A plain one-token step over `rows` rows (no drafter pass)."""
+        empty = [DraftTree() for _ in range(rows)]
+        return cls(False, empty, empty)
+
+
+@dataclass
+class StepRecord:
+    """What one step did, as `Budget.learn` takes it."""
+
+    plan: StepPlan  # what the step verified
+    paths: list[list[int] | None]  # per row, the accepted nodes of its tree, root to leaf; None: nothing verified
+    fed: int  # tokens fed per row to the one target forward (1 + the largest tree)
+    verify_seconds: float  # the target forward and the acceptance (which syncs with the device)
+    draft_seconds: float  # the drafter's pass and the budget's plan
+    committed: int  # tokens committed over all rows
+    caught_up: bool = False  # the drafter's pass first read what it had missed (a joining row's prompt, plain steps)
+
+
+@dataclass
 class Budget:
-    """Per-call state of the adaptive budget (the models it reads outlive the call)."""
+    """The adaptive budget of one call: `plan` each step, `learn` what it did, `save` at the end. What outlives the
+    call is in `memory` (kept on the drafter); this object holds only the call's recent drafted steps."""
 
-    costs: StepCostModel
-    acceptance: AcceptanceModel
-    draft_seconds: float | None = None  # drafter time per row and step (default: the acceptance model's samples)
+    memory: BudgetMemory
+    draft_seconds: float | None = None  # drafter seconds per row to decide with (what-if); None: the measured median
     realized: dict[int, list[tuple[int, float]]] = field(default_factory=dict)  # rows -> (committed, s), recent steps
-    measuring: bool = False  # this step's size was chosen to measure the curve, not to pay
-    catching_up: bool = True  # the next drafter pass first catches up (on prompts, or on tokens of plain steps)
 
-    def __post_init__(self) -> None:
-        if self.draft_seconds is None and self.acceptance.draft_seconds:
-            self.draft_seconds = statistics.median_low(self.acceptance.draft_seconds)
+    def plan(self, rows: int, draft: Callable[[], list[DraftTree]]) -> StepPlan:
+        """The step over `rows` rows: plain (no drafter pass), or `draft()`'s trees (one per row, at their largest
+        allowed size), each cut to its N highest-valued nodes, N chosen for the most committed tokens per second."""
+        if not self._drafting(rows):
+            return StepPlan.plain(rows)
+        drafts = draft()
+        node_values = [self.memory.acceptance.node_values(t) for t in drafts]  # per tree, in node order
+        values = [sorted(v, reverse=True) for v in node_values]
+        most = max((len(v) for v in values), default=0)
+        explore = self._unmeasured(values, rows, most)
+        n = explore if explore is not None else self._best(values, rows, most)
+        trees = [keep_best(tree, n, v) for tree, v in zip(drafts, node_values, strict=True)]
+        return StepPlan(True, trees, drafts, measuring=explore is not None)
 
-    def drafting(self, rows: int) -> bool:
+    def learn(self, record: StepRecord) -> None:
+        """Count the verified trees' accepted paths, time the step's target forward (and, outside catch-ups, the
+        drafter), and after a drafted step decide on plain mode."""
+        plan, rows = record.plan, len(record.plan.trees)
+        for tree, path in zip(plan.trees, record.paths, strict=True):
+            if path is not None:
+                self.memory.acceptance.record(tree, path)
+        costs = self.memory.costs
+        costs.record(record.fed, record.verify_seconds, rows)
+        drafter = record.draft_seconds
+        if plan.drafted and not record.caught_up and drafter > 0 and not costs.pinned:  # a pinned curve decides alone
+            self.memory.draft_seconds = [*self.memory.draft_seconds[1 - RECENT :], drafter / rows]
+        if plan.drafted:
+            self._judge(plan, rows, (record.committed, record.draft_seconds + record.verify_seconds))
+
+    def save(self) -> bool:
+        """The memory's one explicit save (the cost curve to the cache file; never raises for the file)."""
+        return self.memory.save()
+
+    @property
+    def drafter_seconds(self) -> float | None:
+        """The drafter's seconds per row and step the models use: `draft_seconds` if given, else the memory's
+        median of drafted steps that did not first catch up."""
+        return self.draft_seconds if self.draft_seconds is not None else self.memory.drafter_seconds
+
+    def _drafting(self, rows: int) -> bool:
         """Whether this step runs the drafter (False: a plain one-token step); the plain/probe schedule of this
-        batch size lives on the acceptance model, so it carries over between calls."""
-        schedule = self.acceptance.schedule.get(rows)
+        batch size lives in the memory, so it carries over between calls."""
+        memory, costs = self.memory, self.memory.costs
+        schedule = memory.schedule.get(rows)
         new_load = schedule is None
         if new_load:  # a heavier load than one in plain mode (up to 2x) starts in plain mode too
-            near = [r for r, s in self.acceptance.schedule.items() if s[1] > 2 and rows / 2 <= r <= rows]
-            backoff = self.acceptance.schedule[min(near, key=lambda r: abs(r - rows))][1] if near else 0
-            schedule = self.acceptance.schedule[rows] = [backoff, max(2, backoff)]
-        if not self.costs.measured(1, rows):  # the one-token cost first: a plain step measures it
-            return self._plain()
+            near = [r for r, s in memory.schedule.items() if s[1] > 2 and rows / 2 <= r <= rows]
+            backoff = memory.schedule[min(near, key=lambda r: abs(r - rows))][1] if near else 0
+            schedule = memory.schedule[rows] = [backoff, max(2, backoff)]
+        if not costs.measured(1, rows):  # the one-token cost first: a plain step measures it
+            return False
         if schedule[0] > 0:
             schedule[0] -= 1
-            return self._plain()
+            return False
         first = new_load or rows not in self.realized  # no drafted step judged at this load yet in this call
         if (schedule[1] > 2 or first) and self._clearly_loses(rows):  # a probe, or a first try, that cannot pay
             schedule[:] = [schedule[1], min(MAX_BACKOFF, 2 * schedule[1])]
-            return self._plain()
+            return False
         return True
 
-    def _plain(self) -> bool:
-        self.catching_up = True  # the drafter will have this step's tokens to catch up on
-        return False
-
     def _clearly_loses(self, rows: int) -> bool:
-        """Whether the best drafted rate the models give for the drafts seen last (`AcceptanceModel.typical`) falls
+        """Whether the best drafted rate the models give for the drafts judged last (`BudgetMemory.typical`) falls
         short of plain steps' by more than `PROBE_MARGIN`, the verify cost estimated with the curve's rise at the
         nearest load measured when this one has only its one-token cost. A probe would then only spend a drafter
         pass (which first catches up on every row's tokens, prompts included) to confirm it."""
-        values, plain = self.acceptance.typical, self.costs.cost(1, rows)
-        if not values or plain is None or self.draft_seconds is None:
+        costs, seconds = self.memory.costs, self.drafter_seconds
+        values, plain = self.memory.typical, costs.cost(1, rows)
+        if not values or plain is None or seconds is None:
             return False
         best = max(  # a size with no estimate costs at least the one-token step: the optimistic side
-            rows * (1 + sum(values[:n])) / ((self.costs.estimate(1 + n, rows) or plain) + rows * self.draft_seconds)
+            rows * (1 + sum(values[:n])) / ((costs.estimate(1 + n, rows) or plain) + rows * seconds)
             for n in range(len(values) + 1)
         )
         return best < (1 - PROBE_MARGIN) * rows / plain
 
-    def choose(self, trees: list[DraftTree], rows: int) -> list[DraftTree]:
-        """Keep in every row the N highest-valued nodes, N chosen for the most committed tokens per second."""
-        node_values = [self.acceptance.node_values(t) for t in trees]  # per tree, in node order
-        values = [sorted(v, reverse=True) for v in node_values]
-        most = max((len(v) for v in values), default=0)
-        explore = self._unmeasured(values, rows, most)
-        self.measuring = explore is not None
-        n = explore if explore is not None else self._best(values, rows, most)
-        return [keep_best(tree, n, v) for tree, v in zip(trees, node_values, strict=True)]
-
-    def observe(self, rows: int, fed: int, seconds: float, drafted: bool, draft_seconds: float) -> None:
-        """Record a step's target forward (`rows` x `fed` tokens) and, after a drafted step, decide on plain mode."""
-        self.costs.record(fed, seconds, rows)
-        catching_up, self.catching_up = self.catching_up, self.catching_up and not drafted
-        if catching_up:  # the drafter's pass included a catch-up: not what a drafted step costs it
+    def _judge(self, plan: StepPlan, rows: int, realized: tuple[int, float]) -> None:
+        """After a drafted step, switch to plain steps when drafting loses to plain decoding: the best drafted rate
+        the models predict for this step's drafts, or the rate drafted steps at this load have really achieved
+        (`realized`: this step's committed tokens and seconds, drafter included; the last `RECENT` steps' tokens
+        over their seconds), whichever is lower."""
+        costs, memory = self.memory.costs, self.memory
+        plain = costs.cost(1, rows)
+        if plan.measuring:  # a size verified to measure its cost: not a step that was meant to pay
             return
-        if drafted and draft_seconds > 0 and not self.costs.pinned:  # a pinned curve decides alone
-            samples = self.acceptance.draft_seconds = [
-                *self.acceptance.draft_seconds[1 - RECENT :],
-                draft_seconds / rows,
-            ]
-            self.draft_seconds = statistics.median_low(samples)
-
-    def after_drafted_step(self, trees: list[DraftTree], rows: int, realized: tuple[int, float] | None = None) -> None:
-        """Switch to plain steps when drafting loses to plain decoding: the best drafted rate the models predict for
-        this step's drafts, or the rate drafted steps at this load have really achieved (`realized`: this step's
-        committed tokens and seconds, drafter included; the last `RECENT` steps' tokens over their seconds),
-        whichever is lower."""
-        plain = self.costs.cost(1, rows)
-        if self.measuring:  # a size verified to measure its cost: not a step that was meant to pay
-            return
-        if realized is not None and not self.costs.pinned:  # a pinned curve decides alone (real timings differ)
+        if not costs.pinned:  # a pinned curve decides alone (real timings differ)
             self.realized[rows] = [*self.realized.get(rows, [])[1 - RECENT :], realized]
-        if plain is None or any(not self.costs.measured(g, rows) for g in GRID[:2]) or not any(map(len, trees)):
+        trees = plan.drafts
+        if plain is None or any(not costs.measured(g, rows) for g in GRID[:2]) or not any(map(len, trees)):
             return  # nothing to judge by (no curve yet, or no room left to draft in)
-        values = [sorted(self.acceptance.node_values(t), reverse=True) for t in trees]
-        self.acceptance.typical = max(values, key=len)
+        values = [sorted(memory.acceptance.node_values(t), reverse=True) for t in trees]
+        memory.typical = max(values, key=len)
         most = max((len(v) for v in values), default=0)
         best = self._best(values, rows, most)
-        schedule = self.acceptance.schedule.setdefault(rows, [0, 2])
+        schedule = memory.schedule.setdefault(rows, [0, 2])
         drafted_rate = self._rate(values, rows, best)
         seen = self.realized.get(rows, [])
         if len(seen) >= JUDGED_AFTER:
@@ -169,8 +176,8 @@ class Budget:
         (that of the largest measured size below it: cost only grows with size) cannot beat the best rate already
         in reach with these drafts; and none is tried past a size that costs (nearly) its token count in one-token
         forwards (the device is compute-bound there: no larger size can pay)."""
-        one = self.costs.cost(1, rows) if self.costs.measured(1, rows) else None
-        known = [n for n in range(most + 1) if self.costs.measured(1 + n, rows)]
+        one = self.memory.costs.cost(1, rows) if self.memory.costs.measured(1, rows) else None
+        known = [n for n in range(most + 1) if self.memory.costs.measured(1 + n, rows)]
         best = max((self._rate(values, rows, n) for n in known), default=0.0)  # rates of sizes already measured
         if one is not None:
             best = max(best, rows / one)  # and plain steps': a size that cannot beat them is not worth measuring
@@ -178,25 +185,25 @@ class Budget:
         for fed in GRID:
             if fed - 1 > most:
                 return None
-            unsettled = rows == 1 and fed > 2 and not self.costs.settled(fed, rows)
-            if not self.costs.measured(fed, rows) or unsettled:
+            unsettled = rows == 1 and fed > 2 and not self.memory.costs.settled(fed, rows)
+            if not self.memory.costs.measured(fed, rows) or unsettled:
                 if floor is None:
                     return fed - 1
                 committed = sum(1.0 + sum(v[: fed - 1]) for v in values)
-                if committed / (floor + rows * (self.draft_seconds or 0.0)) > best:
+                if committed / (floor + rows * (self.drafter_seconds or 0.0)) > best:
                     return fed - 1
                 continue
-            floor = self.costs.cost(fed, rows)
+            floor = self.memory.costs.cost(fed, rows)
             if one is not None and fed > 1 and floor >= 0.9 * fed * one:
                 return None
         return None
 
     def _rate(self, values: list[list[float]], rows: int, n: int) -> float:
-        cost = self.costs.cost(1 + n, rows)
+        cost = self.memory.costs.cost(1 + n, rows)
         if cost is None:
             return 0.0
         committed = sum(1.0 + sum(v[:n]) for v in values)
-        return committed / (cost + rows * (self.draft_seconds or 0.0))
+        return committed / (cost + rows * (self.drafter_seconds or 0.0))
 
     def _best(self, values: list[list[float]], rows: int, most: int) -> int:
         """The drafts per row with the most committed tokens per second; among sizes within `NOISE` of that rate,
@@ -215,4 +222,19 @@ def keep_best(tree: DraftTree, n: int, values: list[float]) -> DraftTree:
     return tree.keep(order[:n])
 
 
-__all__ = ["Budget", "keep_best"]
+class FixedBudget:
+    """The settings' fixed sizes (`DecodingSettings(budget="fixed")`): every step drafts and verifies its whole trees;
+    nothing is learned or saved."""
+
+    def plan(self, rows: int, draft: Callable[[], list[DraftTree]]) -> StepPlan:
+        drafts = draft()
+        return StepPlan(True, drafts, drafts)
+
+    def learn(self, record: StepRecord) -> None:
+        pass
+
+    def save(self) -> bool:
+        return False
+
+
+__all__ = ["Budget", "FixedBudget", "StepPlan", "StepRecord", "keep_best"]

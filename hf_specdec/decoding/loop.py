@@ -43,8 +43,7 @@ def speculative_generate(
         speculative_step(batch)
     if streamer is not None:
         streamer.end()
-    if batch.budget is not None:
-        batch.budget.costs.save()
+    batch.budget.save()  # the cost curve to the cache file (never raises for it)
     sequences = row.ids
     if not generation_config.return_dict_in_generate:
         return sequences
@@ -90,8 +89,7 @@ def batched_generate(
     while not batch.finished:
         speculative_step(batch)
         batch.drop_finished()
-    if batch.budget is not None:
-        batch.budget.costs.save()
+    batch.budget.save()  # the cost curve to the cache file (never raises for it)
     longest = max(len(r.new_tokens) for r in rows)
     out = torch.full((len(rows), width + longest), batch.pad_token_id, dtype=torch.long, device=input_ids.device)
     out[:, :width] = input_ids

@@ -337,8 +337,7 @@ class SpeculativeServer:
             restore()
             raise
         self.running = [r for r in self.running if r.status == "running"]
-        if self.batch.budget is not None:
-            self.batch.budget.costs.save()
+        self.batch.budget.save()  # the cost curve to the cache file (never raises for it)
 
     # -- what submit() checks --------------------------------------------------------------------------------------
     def _checked_prompt(self, prompt) -> torch.LongTensor:

@@ -5,9 +5,9 @@ row, S cached slots; a row's last committed token, its anchor, is not in the tar
 
 1) draft: every unfinished row's candidate generator (its drafter kind's) drafts a tree under the anchor: an argmax
    chain, a best-first tree, or exact-q draws; plus a prompt-lookup branch (docs/verification.md section 1); a kind
-   whose generator has `draft_rows` (PARD) runs its drafter once for all drafting rows first; with
-   the adaptive budget (`budget.py`) the drafter may be skipped (a plain step) or each tree cut to the nodes that
-   pay for their verification on this machine;
+   that declares `draft_rows` (PARD) runs its drafter once for all drafting rows first; the budget plans the step
+   (`Budget.plan`, docs/budget.md): the adaptive one may skip the drafter (a plain step) or cut each tree to the
+   nodes that pay for their verification on this machine;
 2) feed: `[anchor, nodes]` per row, padded to n; positions = anchor position + depth; a (B, n, S + n) mask in which
    a node sees its row's valid cache slots, its ancestors and itself (none for one unpadded row's chain);
 3) verify: ONE target forward over (B, n), the drafter's tapped hidden states returned with the logits;
@@ -17,7 +17,7 @@ row, S cached slots; a row's last committed token, its anchor, is not in the tar
 5) commit: accepted drafts + one target token, cut where plain `generate` stops (max_length, EOS, criteria);
 6) keep: each row's drafter gets the tapped features of its committed rows; the target's cache keeps the prefix
    and the committed rows only (a crop when one row keeps a prefix of its fed slots, else a gather that
-   re-aligns the rows).
+   re-aligns the rows); the budget learns what the step did and cost (`Budget.learn`).
 
 Host syncs per step and row: the tree's token ids (drafter top-k or draws) and the acceptance decisions (greedy:
 the target's argmax rows, once; sampling: one per child tried). No loop touches the vocabulary dimension.
@@ -36,19 +36,19 @@ from ..verification.processed import probabilities, process_rows
 from ..verification.prompt_lookup import prompt_lookup_candidates
 from ..verification.tree import DraftTree, mask_for_attention, visibility_rows
 from .batch import Row, SpeculativeBatch
+from .budget import StepRecord
 
 
 @torch.no_grad()
 def speculative_step(batch: SpeculativeBatch) -> None:
     """One drafted target forward for every unfinished row of `batch` (finished rows ride along with no drafts)."""
-    rows, budget = batch.rows, batch.budget  # budget None: the settings' fixed sizes
+    rows, budget = batch.rows, batch.budget  # FixedBudget: the settings' fixed sizes
     if not rows:
         return
     # 1) draft (the adaptive budget may skip the drafter, or keep only the nodes worth verifying)
     started = time.perf_counter()
-    drafting = budget is None or budget.drafting(len(rows))
-    full = draft_trees(batch) if drafting else [DraftTree() for _ in rows]
-    trees = budget.choose(full, len(rows)) if budget is not None and drafting else full
+    plan = budget.plan(len(rows), functools.partial(draft_trees, batch))
+    trees = plan.trees
     draft_seconds = time.perf_counter() - started
     verify_started = time.perf_counter()
     # 2) feed
@@ -65,10 +65,12 @@ def speculative_step(batch: SpeculativeBatch) -> None:
     raw = out.logits.float()  # (B, n, V)
     features = tapped_features(out.hidden_states, batch.layer_ids, feed.shape[1])  # (B, n, L*H)
     kept: list[list[int]] = []
+    paths: list[list[int] | None] = []  # what the budget learns: each row's accepted path (None: a finished row)
     total_committed = 0
     for b, (row, tree) in enumerate(zip(rows, trees, strict=True)):
         if row.done:
             kept.append([])
+            paths.append(None)
             continue
         # 4) accept
         processed = process_rows(row.processors, raw[b, : len(tree) + 1], functools.partial(path_context, row, tree))
@@ -78,8 +80,7 @@ def speculative_step(batch: SpeculativeBatch) -> None:
             path, bonus = greedy_acceptance(tree, processed.argmax(dim=-1).tolist())
         row.generator.stats.record(len(tree), len(path))
         row.copying = any(tree.from_lookup(c) for c in path)
-        if budget is not None:
-            budget.acceptance.record(tree, path)
+        paths.append(path)
         # 5) commit
         fed = [0] + [c + 1 for c in path]  # fed slots of the anchor and the accepted path
         new = torch.tensor([[tree.tokens[c] for c in path] + [bonus]], device=row.ids.device)
@@ -93,20 +94,19 @@ def speculative_step(batch: SpeculativeBatch) -> None:
         row.generator.queue_features(features[b : b + 1, fed[:committed]])
         kept.append(fed[:committed])
     batch.keep_fed(kept, feed.shape[1])
-    if budget is not None:  # what this step cost (the acceptance above synced with the device)
-        verify_seconds = time.perf_counter() - verify_started
-        budget.observe(len(rows), feed.shape[1], verify_seconds, drafting, draft_seconds)
-        if drafting:
-            budget.after_drafted_step(full, len(rows), (total_committed, draft_seconds + verify_seconds))
+    verify_seconds = time.perf_counter() - verify_started  # what this step cost (the acceptance synced the device)
+    caught_up = plan.drafted and any(row.drafter_behind for row in rows)  # a join's prompt, plain steps' tokens
+    for row in rows:
+        row.drafter_behind = not plan.drafted
+    budget.learn(StepRecord(plan, paths, feed.shape[1], verify_seconds, draft_seconds, total_committed, caught_up))
 
 
 def draft_trees(batch: SpeculativeBatch) -> list[DraftTree]:
-    """Step 1 for every row; a kind that drafts rows together (its generator's `draft_rows`) first runs its drafter
+    """Step 1 for every row; a base that drafts rows together (its capability `draft_rows`) first runs its drafter
     once over every row that drafts, and each row's tree is then built from that pass's outputs."""
-    together = getattr(batch.generator_class, "draft_rows", None)
     drafting = [row for row in batch.rows if not row.done and block_room(row) > 0]
-    if together is not None and len(drafting) > 1:
-        together([row.generator for row in drafting], [row.ids for row in drafting])
+    if batch.draft_rows and len(drafting) > 1:
+        batch.generator_class.draft_rows([row.generator for row in drafting], [row.ids for row in drafting])
     return [draft_tree(batch, row) for row in batch.rows]
 
 

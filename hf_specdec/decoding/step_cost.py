@@ -8,9 +8,11 @@ filled in by the budget itself, which verifies those sizes in real steps first (
 A point's cost is the median of its recent timings; the non-decreasing fit the budget reads weighs each median by
 how many timings it has, and a single sequence times a size `SETTLED` times before that size can rule itself out.
 
-One model per (target weights, device, dtype, torch threads, CPU model); kept for the process and saved as JSON
-under `$HF_SPECDEC_CACHE` (default `~/.cache/hf_specdec`), so the next process starts from the curve already
-measured. `hf_specdec.cost_model(target)` returns it: print it to see the curve, `.reset()` to measure again.
+One model per (target weights, device, dtype, torch threads, CPU model); loaded once per process, held by the budget
+memory of each drafter decoding for that target (`BudgetMemory`, whose `save()` writes it) and saved as JSON under
+`$HF_SPECDEC_CACHE` (default `~/.cache/hf_specdec`), so the next process starts from the curve already measured; a
+missing, unreadable or damaged file only costs its measurements. `hf_specdec.cost_model(target)` returns it: print it
+to see the curve, `.reset()` to measure again.
 """
 
 from __future__ import annotations
@@ -210,16 +212,31 @@ def cache_path() -> Path | None:
     return Path(root) / "step_costs.json" if root else None
 
 
-def _parse(points: dict) -> dict[int, dict[int, list[float]]]:
-    """{rows: {fed: samples}} from the saved JSON (string keys)."""
-    return {int(r): {int(n): list(v) for n, v in fed.items()} for r, fed in points.items() if isinstance(fed, dict)}
+def _parse(points) -> dict[int, dict[int, list[float]]]:
+    """{rows: {fed: samples}} from the saved JSON (string keys); entries that do not parse are left out."""
+    parsed: dict[int, dict[int, list[float]]] = {}
+    for r, fed in points.items() if isinstance(points, dict) else ():
+        if not isinstance(fed, dict):
+            continue
+        try:
+            curve = parsed.setdefault(int(r), {})
+        except (TypeError, ValueError):
+            continue
+        for n, samples in fed.items():
+            try:
+                curve[int(n)] = [float(x) for x in samples]
+            except (TypeError, ValueError):
+                continue
+    return parsed
 
 
 def _read(path: Path) -> dict:
+    """The saved file's {model key: points}; {} when it is missing, unreadable or not such a mapping."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        saved = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
+    return saved if isinstance(saved, dict) else {}
 
 
 def _cpu_model() -> str:

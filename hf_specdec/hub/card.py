@@ -18,7 +18,8 @@ from pathlib import Path
 
 from huggingface_hub import ModelCard, ModelCardData
 
-from ..models.registry import KindCard, kind_for_model_type
+from ..models.loading import SAVED_HEAD_KINDS
+from ..models.registry import KindCard, card_for
 from .portable import Portable
 from .record import RunRecord, run_record
 
@@ -26,12 +27,22 @@ TEMPLATE = "drafter.md.j2"
 HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
-def kind_card(model_type: str) -> tuple[str, KindCard]:
-    """(class name, card text) of the registered kind saving this `model_type`; a generic text for others."""
-    kind = kind_for_model_type(model_type)
-    if kind is None:
-        return "BlockDrafter", KindCard("A parallel block drafter")
-    return kind.model_class.__name__, kind.card
+def head_name(config: dict) -> str | None:
+    """The name of the head a saved drafter's config says it carries (None for a bare base)."""
+    if config.get("model_type") in SAVED_HEAD_KINDS:
+        return SAVED_HEAD_KINDS[config["model_type"]][1]
+    head = config.get("head")
+    return head.get("type") if isinstance(head, dict) else None
+
+
+def kind_card(config: dict) -> tuple[str, KindCard]:
+    """(the drafter's name, card text) of a saved drafter's config: its base's, with its head's when it carries one
+    (also in a format saved when a base with a head was a kind of its own); a generic text for others."""
+    model_type, head = config.get("model_type", "hf_specdec_block_drafter"), config.get("head")
+    if model_type in SAVED_HEAD_KINDS:
+        base_config, head_name = SAVED_HEAD_KINDS[model_type]
+        model_type, head = base_config.model_type, {"type": head_name}
+    return card_for(model_type, head) or ("BlockDrafter", KindCard("A parallel block drafter"))
 
 
 def is_hub_id(name: str | None) -> bool:
@@ -149,7 +160,7 @@ def training_summary(log: dict) -> dict:
 def card_metadata(config: dict, target_id: str, target_revision: str | None, license: str) -> ModelCardData:
     """The YAML block: base model, library, tags and license (what the Hub indexes and filters on)."""
     model_type = config.get("model_type", "hf_specdec_block_drafter")
-    extra_tags = list(kind_card(model_type)[1].tags)
+    extra_tags = list(kind_card(config)[1].tags)
     revision = {"base_model_revision": target_revision} if target_revision else {}
     return ModelCardData(
         base_model=target_id,
@@ -202,7 +213,7 @@ def render_card(
     folder = Path(folder)
     config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     model_type = config.get("model_type", "hf_specdec_block_drafter")
-    class_name, card = kind_card(model_type)
+    class_name, card = kind_card(config)
     record = record if record is not None else run_record(folder)
     benchmark = read_benchmark(benchmark if benchmark is not None else benchmark_json)
     log = read_json(training_log) if training_log is not None else record.log
@@ -219,6 +230,7 @@ def render_card(
         target_revision=target_revision,
         model_type=model_type,
         class_name=class_name,
+        head=head_name(config),
         kind_summary=card.summary,
         kind_detail=card.detail,
         config=config,

@@ -325,7 +325,7 @@ def publish_drafter(
         CommitOperationAdd(path_in_repo=name, path_or_fileobj=source if isinstance(source, bytes) else str(source))
         for name, source in payloads.items()
     ]
-    kind = kind_card(config.get("model_type"))[0]
+    kind = kind_card(config)[0]
     api = HfApi(token=token)
     try:
         api.create_repo(repo_id, private=private, exist_ok=True)

@@ -70,4 +70,36 @@ def run_record(folder: str | Path) -> RunRecord:
     )
 
 
-__all__ = ["RunRecord", "run_folder", "run_record"]
+def smoothed(values: list[float], width: int = 20) -> list[float]:
+    """Trailing mean over the last `width` values at each point, so the plot shows the trend under step noise."""
+    out, acc = [], []
+    for v in values:
+        acc = (acc + [v])[-width:]
+        out.append(sum(acc) / len(acc))
+    return out
+
+
+def write_plot(losses: list[list[float]], path: Path) -> bool:
+    """Plot (step, loss) pairs and their 20-step mean to `path` (a run's loss.png); False when matplotlib is not
+    installed."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    steps, values = [s for s, _ in losses], [v for _, v in losses]
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot(steps, values, alpha=0.3, label="loss")
+    ax.plot(steps, smoothed(values), label="20-step mean")
+    ax.set_xlabel("step")
+    ax.set_ylabel("position-decayed CE")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return True
+
+
+__all__ = ["RunRecord", "run_folder", "run_record", "smoothed", "write_plot"]

@@ -1,11 +1,14 @@
-"""Drafter kinds, one folder each, and what every kind shares.
+"""Drafter bases and heads, one folder each, and what they share.
 
-`registry.py` is the one table of kinds; importing this package registers the six built-in kinds
-(`block_drafter`, `dcoco`, `dblast`, `pard`, and the PARD drafter with either head: `pard_dcoco`, `pard_dblast`).
-Shared pieces: decode-time settings saved with a drafter
-(`settings.py`), what a drafter reads from its target (`target_features.py`), where a drafter's base LM lives
-(`base_models.py`), loading any drafter by its checkpoint (`loading.py`, LoRA adapter folders included), and the
-LM-head stride fix (`lm_head_strides.py`).
+`registry.py` is the one table of bases and heads; importing this package registers the two bases
+(`block_drafter`, `pard`) and the two heads (`heads/dcoco`, `heads/dblast`). `attach.py` puts any head on any base,
+saves it alone and loads it back; `loading.py` loads any saved drafter (aliases of earlier saved formats
+included); `aliases.py` keeps the names a base with a head went by.
 """
 
-from . import block_drafter, dblast, dcoco, pard, pard_dblast, pard_dcoco  # noqa: F401  (each registers its kind)
+from . import (  # noqa: F401  (each registers its base or heads)
+    block_drafter,
+    heads,
+    loading,  # noqa: F401  (registers the saved formats' aliases)
+    pard,
+)

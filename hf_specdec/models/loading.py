@@ -14,20 +14,62 @@ as a Hub id.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
 
 from huggingface_hub import hf_hub_download, snapshot_download
 from peft import PeftModel
-from transformers import AutoConfig, PreTrainedModel
+from transformers import AutoConfig, AutoModel, PreTrainedModel
 
 from .base_models import offline_models_dir
-from .block_drafter import BlockDrafter
-from .registry import DrafterKind, kind_for_model_type
+from .block_drafter import BlockDrafter, BlockDrafterConfig
+from .pard import PardConfig
+from .registry import DrafterKind, head_named, kind_for_config, kind_for_model_type
 
 ADAPTER_CONFIG = "adapter_config.json"
 _HUB_KWARGS = ("revision", "cache_dir", "token", "local_files_only", "subfolder")
+
+# model_type saved when a base with a head was a kind of its own -> (that base's config class, the head). Such a
+# folder keeps the head's shape at the top level of its config; it loads as the base with the head attached.
+SAVED_HEAD_KINDS = {
+    "hf_specdec_dcoco": (BlockDrafterConfig, "dcoco"),
+    "hf_specdec_dblast": (BlockDrafterConfig, "dblast"),
+    "hf_specdec_pard_dcoco": (PardConfig, "dcoco"),
+    "hf_specdec_pard_dblast": (PardConfig, "dblast"),
+}
+
+
+def _saved_head_config(model_type: str, base_config: type, head: str) -> type:
+    """The config class that reads a `model_type` of `SAVED_HEAD_KINDS`: the base's, with the head's top-level
+    fields gathered into `head`."""
+    shape_fields = [f.name for f in dataclasses.fields(head_named(head).config_class)]
+
+    def __post_init__(self, **kwargs):
+        shape = {name: kwargs.pop(name) for name in shape_fields if name in kwargs}
+        if self.head is None:
+            self.head = {"type": head, **shape}
+        base_config.__post_init__(self, **kwargs)
+
+    name = "".join(part.title() for part in model_type.split("_")) + "Config"
+    return type(name, (base_config,), {"model_type": model_type, "__post_init__": __post_init__})
+
+
+_SAVED_HEAD_CONFIGS = {
+    model_type: _saved_head_config(model_type, base_config, head)
+    for model_type, (base_config, head) in SAVED_HEAD_KINDS.items()
+}
+for _model_type, _config_class in _SAVED_HEAD_CONFIGS.items():
+    AutoConfig.register(_model_type, _config_class, exist_ok=True)
+    # AutoModel.register insists on the model class's own config class; the mapping itself takes an alias
+    _base = kind_for_model_type(SAVED_HEAD_KINDS[_model_type][0].model_type).model_class
+    AutoModel._model_mapping.register(_config_class, _base, exist_ok=True)
+
+
+def saved_head_config(model_type: str) -> type:
+    """The config class reading configs saved as `model_type` (one of `SAVED_HEAD_KINDS`)."""
+    return _SAVED_HEAD_CONFIGS[model_type]
 
 
 def load_drafter(name_or_path: str | os.PathLike, **kwargs) -> PreTrainedModel:
@@ -49,20 +91,27 @@ def _load_drafter(name_or_path, chain: tuple[str, ...], kwargs: dict) -> PreTrai
     """`load_drafter`; `chain`: the adapter folders whose bases are being loaded, outermost first."""
     hub = {k: kwargs[k] for k in _HUB_KWARGS if k in kwargs}
     name_or_path = _adapter_snapshot(name_or_path, hub) or name_or_path
-    kind = saved_kind(name_or_path, **hub)
-    if is_adapter(name_or_path) and not hasattr(getattr(kind, "model_class", None), "from_adapter_folder"):
+    config = _saved_config(name_or_path, **hub)
+    kind = kind_for_config(config)
+    if is_adapter(name_or_path) and not (kind is not None and kind.capabilities.adapter_folders):
         return _load_adapter(name_or_path, None, chain, kwargs)
+    if config is not None and config.model_type in SAVED_HEAD_KINDS and "config" not in kwargs:
+        kwargs = {**kwargs, "config": config}  # the head's shape sits at the config's top level: read it so
     return (kind.model_class if kind else BlockDrafter).from_pretrained(name_or_path, **kwargs)
 
 
 def saved_kind(name_or_path: str | os.PathLike, **hub) -> DrafterKind | None:
     """The registered kind whose `model_type` the config of `name_or_path` (a folder or a Hub id) names; None when
     it names none or cannot be read (a DFlash checkpoint, an adapter folder without a config, a missing name)."""
+    return kind_for_config(_saved_config(name_or_path, **hub))
+
+
+def _saved_config(name_or_path, **hub):
+    """The config `name_or_path` saves, read by the class its `model_type` names; None when it cannot be read."""
     try:
-        model_type = AutoConfig.from_pretrained(name_or_path, **hub).model_type
+        return AutoConfig.from_pretrained(name_or_path, **hub)
     except (OSError, ValueError, KeyError):
         return None
-    return kind_for_model_type(model_type)
 
 
 def is_adapter(folder: str | os.PathLike) -> bool:
@@ -143,4 +192,13 @@ def _load_adapter(folder, base: PreTrainedModel | None, chain: tuple[str, ...], 
     return PeftModel.from_pretrained(base, str(folder)).merge_and_unload()
 
 
-__all__ = ["ADAPTER_CONFIG", "adapter_base", "is_adapter", "load_adapter", "load_drafter", "saved_kind"]
+__all__ = [
+    "ADAPTER_CONFIG",
+    "SAVED_HEAD_KINDS",
+    "saved_head_config",
+    "adapter_base",
+    "is_adapter",
+    "load_adapter",
+    "load_drafter",
+    "saved_kind",
+]

@@ -1,5 +1,4 @@
-"""Training the DBLAST mixture head for expected verified length, on a frozen backbone (a block drafter or a PARD
-drafter).
+"""Training a DBLAST head for expected verified length, on a frozen drafter of any base.
 
 The target's distribution at every training position (at the sampling temperature, top-m renormalised) is
 computed once and cached next to the features. Each step packs blocks like the DFlash recipe; along the data's
@@ -17,19 +16,14 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
-from transformers import AutoConfig, PreTrainedModel
+from transformers import PreTrainedModel
 
-from ..models.block_drafter.modeling_block_drafter import BlockDrafter
-from ..models.dblast.configuration_dblast import DBLASTConfig
-from ..models.dblast.modeling_dblast import DBLASTDrafter
-from ..models.loading import load_drafter
-from ..models.pard import PardConfig
-from ..models.pard_dblast import PardDBLASTConfig, PardDBLASTDrafter
+from ..models.heads.dblast.mixture import component_log_q, mixture_conditionals
 from .config import MixtureTrainingConfig
 from .data import TrainingSequence
 from .losses import expected_verified_length_loss, mixture_nll
 from .sequences import data_folder
-from .trainer import DrafterTrainer
+from .trainer import DrafterTrainer, load_with_head
 
 
 @torch.no_grad()
@@ -54,24 +48,25 @@ def cache_target_probs(
     return out
 
 
-class MixtureTrainer(DrafterTrainer):
-    """`DrafterTrainer` with DBLAST's loss; only the mixture head is trained."""
+class DBLASTHeadTrainer(DrafterTrainer):
+    """`DrafterTrainer` with the DBLAST head's loss; only the head is trained."""
 
     objective = "dblast_mixture"
     supervised_key = "supervised_slots"
 
     @classmethod
-    def build_drafter(cls, config: MixtureTrainingConfig, target: PreTrainedModel) -> DBLASTDrafter | PardDBLASTDrafter:
-        return load_dblast(config).to(target.device)
+    def build_drafter(cls, config: MixtureTrainingConfig, target: PreTrainedModel) -> PreTrainedModel:
+        shape = {"mixture_components": config.mixture_components, "mixture_rank": config.mixture_rank}
+        return load_with_head(config, "dblast", **shape).to(target.device)
 
     @classmethod
-    def for_run(cls, config: MixtureTrainingConfig, target, drafter, sequences) -> MixtureTrainer:
+    def for_run(cls, config: MixtureTrainingConfig, target, drafter, sequences) -> DBLASTHeadTrainer:
         """The trainer, with the target's top-m probabilities cached next to the sequences' features."""
         folder = data_folder(config) / f"p-T{config.temperature:g}-m{config.top_m}"
         probs = cache_target_probs(target, sequences, folder, config.temperature, config.top_m)
         return cls(config, target, drafter, sequences, probs)
 
-    def __init__(self, config, target, drafter: DBLASTDrafter, sequences, target_probs) -> None:
+    def __init__(self, config, target, drafter: PreTrainedModel, sequences, target_probs) -> None:
         drafter.requires_grad_(False)
         drafter.mixture_head.requires_grad_(True)
         super().__init__(config, target, drafter, sequences)
@@ -87,16 +82,14 @@ class MixtureTrainer(DrafterTrainer):
             anchors, _, hidden = self.packed_pass(seq, rng)  # (n, K, H)
             unary = self.slot_logits(hidden[:, 1:]).float()  # (n, k, Vd)
         log_pi, offsets = drafter.mixture_head(hidden[:, 0], hidden[:, 1:])  # (n, R), (n, k, R, Vd)
-        logq = torch.log_softmax((unary[:, :, None] + offsets.float()) / self.config.temperature, dim=-1)
+        logq = component_log_q(unary, offsets, self.config.temperature)  # (n, k, R, Vd)
 
         pos = anchors[:, None] + torch.arange(1, K)  # (n, k) positions of the drafted tokens
         inside = (pos < T) & (pos >= seq.loss_start)
         tokens = self.to_draft[seq.ids[pos.clamp(max=T - 1)].to(dev)]  # (n, k) draft-vocab ids, -100 outside
         valid = inside.to(dev) & (tokens >= 0)
         tokens = tokens.clamp_min(0)
-        picked = logq.gather(3, tokens[:, :, None, None].expand(-1, -1, logq.shape[2], 1))[..., 0]  # (n, k, R)
-        log_w = torch.log_softmax(log_pi[:, None] + torch.cumsum(picked, 1) - picked, dim=-1)  # (n, k, R)
-        q = torch.logsumexp(log_w[..., None] + logq, dim=2).exp()  # (n, k, Vd) exact conditionals
+        q = mixture_conditionals(log_pi, logq, tokens[:, None])[:, 0]  # (n, k, Vd) exact conditionals
 
         probs, ids = self.target_probs[self.index_of[id(seq)]]
         rows = (pos - 1).clamp(max=T - 1)  # p of the token at pos comes from the position before it
@@ -113,20 +106,6 @@ class MixtureTrainer(DrafterTrainer):
         return {"head_parameters": sum(p.numel() for p in self.drafter.mixture_head.parameters())}
 
 
-def load_dblast(config: MixtureTrainingConfig) -> DBLASTDrafter | PardDBLASTDrafter:
-    """The drafter to train (float32): a saved one with a mixture head, or a block drafter or a PARD drafter given a
-    fresh head."""
-    model_type = AutoConfig.from_pretrained(config.drafter).model_type
-    if model_type in (DBLASTConfig.model_type, PardDBLASTConfig.model_type):
-        return load_drafter(config.drafter, dtype=torch.float32)
-    shape = {"mixture_components": config.mixture_components, "mixture_rank": config.mixture_rank}
-    if model_type == PardConfig.model_type:
-        base = load_drafter(config.drafter, dtype=torch.float32)
-        torch.manual_seed(config.seed)
-        return PardDBLASTDrafter.from_pard(base, **shape)
-    base = BlockDrafter.from_pretrained(config.drafter, dtype=torch.float32)
-    torch.manual_seed(config.seed)
-    return DBLASTDrafter.from_block_drafter(base, **shape)
+MixtureTrainer = DBLASTHeadTrainer  # the name earlier releases used
 
-
-__all__ = ["MixtureTrainer", "cache_target_probs", "load_dblast"]
+__all__ = ["DBLASTHeadTrainer", "MixtureTrainer", "cache_target_probs"]

@@ -15,9 +15,15 @@ import torch
 from peft import LoraConfig, PeftModel, get_peft_model
 
 from ..models.block_drafter.modeling_block_drafter import BlockDrafter
+from ..models.registry import capabilities_of, registered_heads
 from .config import DrafterTrainingConfig
 
-HEADS = ("corrector", "mixture_head", "feature_proj")  # small new modules, trained whole
+FEATURE_PROJ = "feature_proj"  # a base's small new module, trained whole (as every head's module is)
+
+
+def trained_whole() -> list[str]:
+    """Modules LoRA training updates whole (`modules_to_save`): every head's and a base's feature projection."""
+    return [head.attr for head in registered_heads()] + [FEATURE_PROJ]
 
 
 def add_lora(
@@ -39,14 +45,15 @@ def add_lora(
             f"lora_target_modules {sorted(unknown)} are not modules of this drafter; choose from linear layers such "
             "as q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, fc"
         )
+    caps = capabilities_of(drafter)
     lora = LoraConfig(
         r=config.lora_rank,
         lora_alpha=config.lora_alpha,
         lora_dropout=config.lora_dropout,
         target_modules=list(config.lora_target_modules),
-        modules_to_save=[h for h in HEADS if getattr(drafter, h, None) is not None] or None,
+        modules_to_save=[m for m in trained_whole() if getattr(drafter, m, None) is not None] or None,
         # a PARD drafter's mask token: its embedding row trains beside the adapters
-        trainable_token_indices=getattr(drafter, "trainable_token_indices", None),
+        trainable_token_indices=drafter.trainable_token_indices if caps.trainable_token_rows else None,
     )
     torch.manual_seed(config.seed)  # adapter init (lora_A) is random: the same run gives the same adapters
     model = get_peft_model(drafter, lora)

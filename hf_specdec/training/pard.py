@@ -31,7 +31,6 @@ class PardTrainer(DrafterTrainer):
     with the sequences), LoRA on the LM plus the mask token's embedding row, or full fine-tuning."""
 
     objective: ClassVar[str] = "pard"
-    adapter_folder_is_a_drafter: ClassVar[bool] = True  # the adapter folder also gets the PARD config: loadable
 
     @classmethod
     def adapter_to_continue(cls, config: PardTrainingConfig) -> str | None:

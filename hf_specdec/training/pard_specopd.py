@@ -23,6 +23,7 @@ from transformers import PreTrainedModel
 
 from ..models.loading import saved_kind
 from ..models.pard import PardDrafter
+from ..models.registry import head_of
 from .config import DrafterTrainingConfig
 from .pard import PardTrainer
 from .specopd import SpecOPDTrainer
@@ -44,9 +45,11 @@ class PardSpecOPDTrainer(SpecOPDTrainer, PardTrainer):
     @classmethod
     def build_drafter(cls, config: DrafterTrainingConfig, target: PreTrainedModel) -> PardDrafter:
         drafter = super().build_drafter(config, target)  # PardTrainer's: SpecOPDTrainer has none of its own
-        if type(drafter) is not PardDrafter:
+        head = head_of(drafter)
+        if head is not None:
             raise ValueError(
-                f"--drafter {config.drafter} is a {type(drafter).__name__}, a head on a PARD drafter: SpecOPD trains "
+                f"--drafter {config.drafter} is a PardDrafter with a {head.name} head, a head on a PARD drafter: "
+                "SpecOPD trains "
                 "the PARD drafter itself. Pass the PARD drafter the head sits on (its config's `backbone`), or train "
                 "the head with scripts/train_corrector.py or scripts/train_mixture.py"
             )

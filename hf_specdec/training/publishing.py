@@ -82,7 +82,7 @@ def write_run_record(run: Path, recipe: str) -> None:
     the command, the figures and the loss curve. Nothing when the log is missing; the plot needs matplotlib."""
     import json
 
-    from ..hub.ship import write_plot
+    from ..hub.record import write_plot
 
     log_file = run / "training_log.json"
     if not log_file.is_file():

@@ -26,8 +26,8 @@ from .config import (
     SpecOPDConfig,
 )
 from .corpora import check_corpora
-from .dblast import MixtureTrainer
-from .dcoco import CorrectorTrainer
+from .dblast import DBLASTHeadTrainer
+from .dcoco import DCOCOHeadTrainer
 from .interrupts import TrainingInterrupted
 from .pard import PardTrainer
 from .pard_specopd import PardSpecOPDTrainer, names_a_pard_drafter
@@ -45,8 +45,8 @@ TRAINERS: dict[type[DrafterTrainingConfig], type[DrafterTrainer]] = {
     DFlashConfig: DrafterTrainer,
     SpecOPDConfig: SpecOPDTrainer,
     SequentialOPDConfig: SequentialOPDTrainer,
-    CorrectorTrainingConfig: CorrectorTrainer,
-    MixtureTrainingConfig: MixtureTrainer,
+    CorrectorTrainingConfig: DCOCOHeadTrainer,
+    MixtureTrainingConfig: DBLASTHeadTrainer,
     PardTrainingConfig: PardTrainer,
 }
 

@@ -7,6 +7,8 @@ import json
 import os
 from pathlib import Path
 
+from ..models.attach import save_head
+from ..models.registry import capabilities_of, head_of
 from .config import DrafterTrainingConfig
 from .counters import COUNTERS
 from .trainer import DrafterTrainer
@@ -47,17 +49,17 @@ def save_drafter(config: DrafterTrainingConfig, trainer: DrafterTrainer, adapter
         from .lora import merge_lora, save_adapter
 
         save_adapter(adapters, Path(config.output_dir) / "adapter")
-        if getattr(trainer, "adapter_folder_is_a_drafter", False):  # PARD: config + adapter load as a drafter
+        if capabilities_of(adapters.get_base_model()).adapter_folders:  # PARD: config + adapter load as a drafter
             drafter.save_adapter_folder(Path(config.output_dir) / "adapter")
         write_adapter_card(Path(config.output_dir) / "adapter")  # our card, not peft's empty template
         drafter = merge_lora(adapters)
     drafter.requires_grad_(True)  # heads were trained with a frozen backbone; the saved model is whole
     drafter.to(trainer.target.dtype)
-    if getattr(drafter, "head_modules", ()) and config.drafter:  # a head on a PARD drafter: also the head alone
-        head = Path(config.output_dir) / "head"
+    if head_of(drafter) is not None and capabilities_of(drafter).head_only_saving and config.drafter:
+        head = Path(config.output_dir) / "head"  # a head on a large base: also the head alone
         under = Path(config.drafter)
         backbone = os.path.relpath(under.resolve(), head.resolve()) if under.is_dir() else config.drafter
-        drafter.save_head_folder(head, backbone=backbone)
+        save_head(drafter, head, backbone=backbone)
     drafter.save_pretrained(out)
     return out
 

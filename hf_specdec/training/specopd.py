@@ -20,7 +20,7 @@ import torch
 from transformers import PreTrainedModel
 
 from ..models.lm_head_strides import fix_lm_head_strides
-from ..models.registry import kind_of
+from ..models.registry import policy_class_for
 from ..verification.tree import mask_for_attention
 from .data import TrainingSequence
 from .losses import dflash_decayed_cross_entropy, expected_verified_length_loss
@@ -170,14 +170,14 @@ def named_loss_terms(terms: dict | list, names: tuple[str, ...]) -> dict[str, li
 
 
 def policy_for(drafter, embed: torch.nn.Module, temperature: float, to_draft: torch.Tensor):
-    """The on-policy strategy of `drafter`'s kind (the registry's `policy_class`)."""
-    kind = kind_of(drafter)
-    if kind is None or kind.policy_class is None:
+    """The on-policy strategy of `drafter`: its head's when it carries one, else its base's (the registry's)."""
+    policy_class = policy_class_for(drafter)
+    if policy_class is None:
         raise TypeError(
             f"{type(drafter).__name__} is not a registered drafter kind with a policy; register it with "
             "hf_specdec.register_drafter_kind(..., policy_class=...)"
         )
-    return kind.policy_class(drafter, embed, temperature, to_draft)
+    return policy_class(drafter, embed, temperature, to_draft)
 
 
 __all__ = ["SpecOPDTrainer", "eos_ids", "named_loss_terms", "policy_for", "teacher_probs"]

@@ -17,9 +17,10 @@ from torch import nn
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
+from ..models.attach import attach_head
 from ..models.block_drafter.modeling_block_drafter import BlockDrafter
 from ..models.loading import load_drafter
-from ..models.pard import PardDrafter
+from ..models.registry import capabilities_of, head_of
 from .checkpoint import (
     MAY_CHANGE_ON_RESUME,
     NonFiniteError,
@@ -117,9 +118,10 @@ class DrafterTrainer:
         self.config, self.target, self.drafter, self.sequences = config, target, drafter, sequences
         self.target.requires_grad_(False)
         self.drafter.train()
-        # a PARD drafter (and a head on one) reads its own embeddings; a block drafter the target's
-        self.pard = isinstance(drafter, PardDrafter)
-        self.embed = drafter.get_input_embeddings() if self.pard else target.get_input_embeddings()
+        # what the drafter's base declares: a causal LM (PARD) reads its own embeddings, a block drafter the target's
+        self.capabilities = capabilities_of(drafter)
+        own = self.capabilities.own_embeddings
+        self.embed = drafter.get_input_embeddings() if own else target.get_input_embeddings()
         head = target.get_output_embeddings()
         self.head_weight = drafter.head_weight(head).detach()  # (Vd, H) frozen target rows the drafter scores
         self.label_index = None  # full id -> draft-vocabulary index (-100 outside it)
@@ -133,7 +135,7 @@ class DrafterTrainer:
         self.device = next(drafter.parameters()).device
         self.gamma = config.gamma or default_gamma(drafter.config.block_size)
         # bf16 targets: run the drafter's matmuls in bf16 too (float32 master weights and optimizer state)
-        self.autocast = (target.dtype if self.pard else self.head_weight.dtype) == torch.bfloat16
+        self.autocast = (target.dtype if own else self.head_weight.dtype) == torch.bfloat16
         params = [p for p in drafter.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
             params, lr=config.learning_rate, betas=(0.9, 0.95), weight_decay=config.weight_decay
@@ -166,15 +168,15 @@ class DrafterTrainer:
 
     def packed_pass(self, seq: TrainingSequence, rng: torch.Generator):
         """Random anchors of one sequence, their packed blocks (labels, anchor ids), and the drafter's (n, K, H)
-        states of them: a block drafter's slots, or for a PARD drafter what a head reads
-        (`pard_layout.block_states`)."""
+        states of them: a block drafter's slots, or for a base with its own embeddings (a causal LM drafting with
+        masks: PARD) what a head reads (`pard_layout.block_states`)."""
         K, T = self.drafter.config.block_size, seq.ids.shape[0]
         anchors = sample_anchors(T, seq.loss_start, K, self.config.anchors_per_sequence, rng)
         dtype, dev = self.drafter.dtype, self.device
         packed = pack_blocks(
             seq.ids, anchors, K, self.drafter.config.mask_token_id, seq.loss_start, dtype, seq.next_tokens
         )
-        if self.pard:
+        if self.capabilities.own_embeddings:
             return anchors, packed, block_states(self.drafter, seq, anchors, dev)
         noise = self.embed(packed.block_ids.to(self.embed.weight.device)).to(dev, dtype)[None]  # (1, n*K, H)
         hidden = self.drafter(
@@ -284,9 +286,9 @@ class DrafterTrainer:
         save_checkpoint(self.checkpoint_dir, self.checkpointed(), self.optimizer, self.state)
 
     def checkpointed(self):
-        """What a checkpoint holds: the whole drafter, or for a head on a frozen PARD drafter (a 0.5B LM) its
-        trainable parameters only (`TrainableOnly`)."""
-        return TrainableOnly(self.drafter) if self.pard else self.drafter
+        """What a checkpoint holds: the whole drafter, or for a base whose heads are saved alone (a frozen 0.5B LM
+        under a head) its trainable parameters only (`TrainableOnly`)."""
+        return TrainableOnly(self.drafter) if self.capabilities.head_only_saving else self.drafter
 
     def train(self, on_step_end: Callable[[int, float], None] | None = None) -> dict:
         """Run to `num_steps`, checkpointing on the way; returns the trainer state (losses, time, tokens).
@@ -343,6 +345,17 @@ class DrafterTrainer:
         )
 
 
+def load_with_head(config, head: str, **shape) -> PreTrainedModel:
+    """The drafter a head trainer trains (float32): `config.drafter` as saved when it already carries `head`,
+    else that drafter (any base) with a fresh `head` of `shape` (seeded by `config.seed`)."""
+    drafter = load_drafter(config.drafter, dtype=torch.float32)
+    carried = head_of(drafter)
+    if carried is not None and carried.name == head:
+        return drafter
+    torch.manual_seed(config.seed)
+    return attach_head(drafter, head, **shape)
+
+
 class StepLoss(nn.Module):
     """The loss of one process's share of a step, as a module, so DDP (`accelerate launch`) can wrap it: every
     trained parameter (backbone, LoRA adapters, DCOCO/DBLAST heads) is used inside its forward, and the frozen target
@@ -365,4 +378,4 @@ class StepLoss(nn.Module):
         return total, labelled
 
 
-__all__ = ["DrafterTrainer", "NonFiniteError", "StepLoss"]
+__all__ = ["DrafterTrainer", "NonFiniteError", "StepLoss", "load_with_head"]

@@ -12,6 +12,7 @@ from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 from transformers.modeling_rope_utils import RopeParameters
 
+from ..registry import check_head
 from ..settings import DecodingSettings
 
 
@@ -82,6 +83,8 @@ class BlockDrafterConfig(PreTrainedConfig):
     draft_vocab_size: int | None = None
     tie_word_embeddings: bool = False
     decoding: dict | None = None
+    head: dict | None = None
+    backbone: str | None = None
 
     def __post_init__(self, **kwargs):
         if self.num_key_value_heads is None:
@@ -137,6 +140,7 @@ class BlockDrafterConfig(PreTrainedConfig):
             DecodingSettings.from_dict(self.decoding)
         except (TypeError, ValueError) as err:
             raise type(err)(f"the drafter's saved decoding settings are invalid: {err}") from err
+        check_head(self)
 
     @classmethod
     def for_target(

@@ -23,7 +23,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 from transformers.utils import logging as transformers_logging
 
-from ..registry import kind_for_model_type
+from ..registry import kind_for_config
 from .configuration_block_drafter import BlockDrafterConfig
 from .dflash_format import export_dflash, is_dflash_config
 from .modeling_block_drafter import BlockDrafter
@@ -44,7 +44,7 @@ def load_block_drafter(path: str | os.PathLike) -> BlockDrafter:
             f"{path} is not a block drafter (its config says model_type {config.model_type!r}); "
             "export_drafter.py exports hf_specdec drafters (block, DCOCO, DBLAST) and DFlash checkpoints."
         )
-    kind = kind_for_model_type(config.model_type)  # None for a DFlash checkpoint: BlockDrafter converts it
+    kind = kind_for_config(config)  # None for a DFlash checkpoint: BlockDrafter converts it
     return (kind.model_class if kind else BlockDrafter).from_pretrained(path).eval()
 
 

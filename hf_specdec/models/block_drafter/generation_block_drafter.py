@@ -10,6 +10,9 @@ Per step (T committed tokens, the last one, the "anchor", not yet seen by the ta
 1) take the target features of the rows committed since the last step (one per newly committed token but the anchor),
 2) one drafter pass over `[anchor, MASK x (K-1)]` with those rows as new context,
 3) score positions 1..k with the target's LM head on a 2-D input, pick argmax drafts (k <= K-1, capped by max_length).
+
+A head on the drafter (`models/attach.py`) reads `block_states` and proposes instead (`self.head`): its chain, its
+trees and its exact-q samples. The PARD base's generator builds on this one.
 """
 
 from __future__ import annotations
@@ -18,12 +21,13 @@ import torch
 import torch.nn.functional as F
 from transformers import GenerationConfig, LogitsProcessorList, PreTrainedModel, StoppingCriteriaList
 from transformers.generation.candidate_generator import CandidateGenerator
-from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria
 
 from ...verification.processed import history_free, probabilities, process_rows
 from ...verification.stats import AcceptanceStats
+from ...verification.stopping import extra_stopping_criteria
 from ...verification.tree import DraftTree, best_first_tree
 from ..lm_head_strides import fix_lm_head_strides
+from ..registry import head_proposals
 from ..target_features import hidden_state_indices, tapped_features
 from .modeling_block_drafter import BlockDrafter, DraftContextCache
 
@@ -53,20 +57,10 @@ class BlockDraftCandidateGenerator(CandidateGenerator):
         self.max_length = generation_config.max_length
         self.logits_processor = logits_processor if logits_processor else None
         # The loop truncates at EOS and max_length itself; other criteria are honoured by capping drafts.
-        extra = [c for c in stopping_criteria or () if not isinstance(c, (MaxLengthCriteria, EosTokenCriteria))]
-        self.stopping_criteria = StoppingCriteriaList(extra) if extra else None
-        self.embed = target.get_input_embeddings()
-        lm_head = target.get_output_embeddings()
-        fix_lm_head_strides(target)
-        self.vocab_size = lm_head.weight.shape[0]
-        # (Vd,) ids the drafter scores, or None for the whole vocabulary; moved and gathered once per call
-        self.draft_vocab = None if drafter.draft_vocab is None else drafter.draft_vocab.to(lm_head.weight.device)
-        self.head_weight = drafter.head_weight(lm_head)  # (Vd, H)
-        self.head_bias = lm_head.bias
-        if self.head_bias is not None and self.draft_vocab is not None:
-            self.head_bias = self.head_bias[self.draft_vocab]
-        self.cache = DraftContextCache()
-        self.context_rows = 0  # committed tokens whose target features are in `self.cache`
+        self.stopping_criteria = extra_stopping_criteria(stopping_criteria)
+        self.vocab_size = target.get_output_embeddings().weight.shape[0]
+        self.bind_scoring(drafter, target)
+        self.context_rows = 0  # committed tokens whose target features are in the drafter's cache
         self.pending: torch.Tensor | None = None  # (1, C, L*H) features received but not fed yet
         self.mask_ids = torch.full(
             (1, self.block_size - 1), drafter.config.mask_token_id, dtype=torch.long, device=self.embed.weight.device
@@ -74,6 +68,20 @@ class BlockDraftCandidateGenerator(CandidateGenerator):
         self.stats = AcceptanceStats(block_size=self.block_size)
         self._drafted: int | None = None  # drafts proposed for the forward in flight; None = prefill
         drafter.last_acceptance_stats = self.stats
+        self.head = head_proposals(drafter, self)  # the drafter's head reading this generator, or None
+
+    def bind_scoring(self, drafter: BlockDrafter, target: PreTrainedModel) -> None:
+        """What the drafter embeds and scores with, and its cache: the target's embeddings and LM head rows."""
+        self.embed = target.get_input_embeddings()
+        lm_head = target.get_output_embeddings()
+        fix_lm_head_strides(target)
+        # (Vd,) ids the drafter scores, or None for the whole vocabulary; moved and gathered once per call
+        self.draft_vocab = None if drafter.draft_vocab is None else drafter.draft_vocab.to(lm_head.weight.device)
+        self.head_weight = drafter.head_weight(lm_head)  # (Vd, H)
+        self.head_bias = lm_head.bias
+        if self.head_bias is not None and self.draft_vocab is not None:
+            self.head_bias = self.head_bias[self.draft_vocab]
+        self.cache = DraftContextCache()
 
     def get_candidates(
         self,
@@ -162,38 +170,52 @@ class BlockDraftCandidateGenerator(CandidateGenerator):
         """(k, Vd) scores of block positions 1..k over the draft vocabulary."""
         return self.draft_scores(input_ids, k)[1]
 
-    def full_vocab_logits(self, logits: torch.Tensor) -> torch.Tensor:
-        """(k, V) from (k, Vd): ids outside the draft vocabulary get -inf (the drafter never proposes them)."""
+    def full_ids(self, index: torch.LongTensor) -> torch.LongTensor:
+        """Full-vocabulary ids of draft-vocabulary indices."""
+        return index if self.draft_vocab is None else self.draft_vocab.to(index.device)[index]
+
+    def full_vocab(self, rows: torch.Tensor, fill: float) -> torch.Tensor:
+        """(k, V) from (k, Vd): ids outside the draft vocabulary get `fill` (the drafter never proposes them)."""
         if self.draft_vocab is None:
-            return logits
-        full = logits.new_full((logits.shape[0], self.vocab_size), float("-inf"))
-        return full.index_copy_(1, self.draft_vocab, logits)
+            return rows
+        full = rows.new_full((rows.shape[0], self.vocab_size), fill)
+        return full.index_copy_(1, self.draft_vocab.to(rows.device), rows)
+
+    def full_vocab_logits(self, logits: torch.Tensor) -> torch.Tensor:
+        """(k, V) from (k, Vd) scores, -inf outside the draft vocabulary."""
+        return self.full_vocab(logits, float("-inf"))
+
+    def chain(self, input_ids: torch.LongTensor, k: int) -> tuple[torch.LongTensor, torch.Tensor | None]:
+        """The argmax chain, written once for transformers' loop (`propose`) and hf_specdec's (`greedy_tree` with no
+        tree budget): (k,) full-vocabulary ids and (k,) their log q (None where the proposer has no such score)."""
+        if self.head is not None:
+            return self.head.chain(input_ids, k)
+        logq, index = self.draft_logits(input_ids, k).float().log_softmax(dim=-1).max(dim=-1)  # (k,) each
+        return self.full_ids(index), logq
 
     def propose(self, input_ids: torch.LongTensor, k: int) -> tuple[torch.LongTensor, torch.FloatTensor | None]:
-        """(1, k) argmax drafts after the logits processors; None logits selects sample-and-match."""
-        logits = self.draft_logits(input_ids, k)  # (k, Vd)
-        if self.logits_processor is None:
-            best = logits.argmax(dim=-1)  # (k,)
-            if self.draft_vocab is not None:
-                best = self.draft_vocab[best]
-            return best[None].to(input_ids.device), None
-        logits = self.full_vocab_logits(logits)  # processors work on full-vocabulary rows
+        """(1, k) argmax drafts (after the logits processors, for a base without a head); None logits selects
+        sample-and-match."""
+        if self.logits_processor is None or self.head is not None:
+            return self.chain(input_ids, k)[0][None].to(input_ids.device), None
+        logits = self.full_vocab_logits(self.draft_logits(input_ids, k))  # processors work on full-vocabulary rows
         ids = input_ids
         for j in range(k):  # processors may depend on the tokens drafted before position j
             row = self.logits_processor(ids, logits[j : j + 1].float().to(input_ids.device))  # (1, V)
             ids = torch.cat([ids, row.argmax(dim=-1, keepdim=True)], dim=-1)
         return ids[:, input_ids.shape[1] :], None
 
-    # Proposals for hf_specdec's own loop (trees, exact-q sampling). Subclasses override these to change the draft.
+    # Proposals for hf_specdec's own loop (trees, exact-q sampling); a head on the drafter proposes instead.
 
     def greedy_tree(self, input_ids: torch.LongTensor, k: int, budget: int, topk: int) -> DraftTree:
         """Deterministic drafts: the argmax chain (budget 0) or a best-first tree of `budget` nodes (DDTree)."""
+        if not budget:
+            return chain_tree(*self.chain(input_ids, k))
+        if self.head is not None:
+            return self.head.greedy_tree(input_ids, k, budget, topk)
         logits = self.draft_logits(input_ids, k).float()  # (k, Vd)
-        width = min(topk if budget else 1, logits.shape[-1])
-        logq, ids = logits.log_softmax(dim=-1).topk(width, dim=-1)  # (k, width) each
-        if self.draft_vocab is not None:
-            ids = self.draft_vocab[ids]
-        return best_first_tree(logq.tolist(), ids.tolist(), budget or k)
+        logq, index = logits.log_softmax(dim=-1).topk(min(topk, logits.shape[-1]), dim=-1)  # (k, width) each
+        return best_first_tree(logq.tolist(), self.full_ids(index).tolist(), budget)
 
     def sampled_tree(
         self, input_ids: torch.LongTensor, k: int, branches: int, logits_processor: LogitsProcessorList | None
@@ -203,6 +225,8 @@ class BlockDraftCandidateGenerator(CandidateGenerator):
         The first draw at each depth continues the chain; the others are leaves beside it. The tree carries the
         exact q every node was drawn from, for speculative sampling.
         """
+        if self.head is not None:
+            return self.head.sampled_tree(input_ids, k, branches, logits_processor)
         scores = self.full_vocab_logits(self.draft_logits(input_ids, k)).float().to(input_ids.device)  # (k, V)
         if history_free(logits_processor):
             q = probabilities(process_rows(logits_processor, scores, lambda r: input_ids))  # (k, V)
@@ -219,4 +243,15 @@ class BlockDraftCandidateGenerator(CandidateGenerator):
         return DraftTree.sampled_chain(draws.tolist(), q)
 
 
-__all__ = ["BlockDraftCandidateGenerator"]
+def chain_tree(tokens: torch.LongTensor, logq: torch.Tensor | None) -> DraftTree:
+    """A chain of (k,) tokens as a tree; with (k,) per-depth log q its nodes carry path scores (as a best-first
+    tree's do: the adaptive budget reads them)."""
+    if logq is not None:
+        return best_first_tree([[v] for v in logq.tolist()], [[t] for t in tokens.tolist()], len(tokens))
+    tree = DraftTree()
+    for token in tokens.tolist():
+        tree.add(token, len(tree) - 1)
+    return tree
+
+
+__all__ = ["BlockDraftCandidateGenerator", "chain_tree"]

@@ -31,6 +31,8 @@ from transformers.models.qwen3.modeling_qwen3 import (
     rotate_half,
 )
 
+from ..attach import is_head_folder, load_head_folder
+from ..registry import build_head
 from ..settings import SavedDecoding
 from .configuration_block_drafter import BlockDrafterConfig
 from .dflash_format import config_from_dflash_checkpoint, load_checked
@@ -165,6 +167,7 @@ class BlockDrafter(SavedDecoding, BlockDrafterPreTrainedModel):
         vocab = None if config.draft_vocab_size is None else torch.arange(config.draft_vocab_size)  # (Vd,)
         self.register_buffer("draft_vocab", vocab, persistent=True)  # filled from the checkpoint
         self.post_init()
+        build_head(self)  # the head `config.head` names, if any (models/attach.py)
 
     def set_draft_vocab(self, token_ids: torch.LongTensor) -> None:
         """Score only `token_ids` (e.g. the most frequent target tokens); sets `config.draft_vocab_size`."""
@@ -223,20 +226,11 @@ class BlockDrafter(SavedDecoding, BlockDrafterPreTrainedModel):
         return drafter.to(device=target.device, dtype=target.dtype)
 
     @classmethod
-    def with_backbone(cls, drafter: BlockDrafter, head_prefix: str, **head_config) -> BlockDrafter:
-        """A drafter of this class (a block drafter plus a head) with `drafter`'s weights as its backbone and a
-        fresh head under `head_prefix`; `head_config` sets the head's config fields."""
-        known = BlockDrafterConfig.__dataclass_fields__
-        fields = {k: v for k, v in drafter.config.to_dict().items() if k in known}
-        model = cls(cls.config_class(**{**fields, **head_config})).to(device=drafter.device, dtype=drafter.dtype)
-        missing, unexpected = model.load_state_dict(drafter.state_dict(), strict=False)
-        if unexpected or any(not name.startswith(head_prefix) for name in missing):
-            raise ValueError(f"backbone weights do not fit: missing {missing}, unexpected {unexpected}")
-        return model
-
-    @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
-        """Load our format or the published DFlash layout (config with `dflash_config`), without remote code."""
+        """Load our format or the published DFlash layout (config with `dflash_config`), without remote code; a
+        folder holding a head alone loads the drafter it names with the head on top."""
+        if is_head_folder(pretrained_model_name_or_path):
+            return load_head_folder(pretrained_model_name_or_path, kwargs.get("dtype"), kwargs.get("device_map"))
         if kwargs.get("config") is None:
             dflash_config = config_from_dflash_checkpoint(pretrained_model_name_or_path, **_hub_kwargs(kwargs))
             if dflash_config is not None:

@@ -11,6 +11,7 @@ from huggingface_hub.dataclasses import strict
 from transformers import AutoConfig, PreTrainedConfig
 
 from ..block_drafter.configuration_block_drafter import build_target_layer_ids
+from ..registry import check_head
 
 
 @strict
@@ -33,8 +34,9 @@ class PardConfig(PreTrainedConfig):
             most frequent target tokens): the head is a third of a 0.5B model's weights, so this cuts the pass that
             much. Lossless: the target verifies over its whole vocabulary.
         decoding: decode-time settings (`hf_specdec.DecodingSettings` as a dict), read and set as `drafter.decoding`.
-        backbone: for a PARD drafter with a head (`models/pard_dcoco`, `models/pard_dblast`) saved as the head alone:
-            the PARD drafter it sits on (a folder, relative to this one or not, or a Hub id); None otherwise.
+        head: the head the drafter carries (`{"type": "dblast", ...its shape}`, see `hf_specdec.attach_head`), or None.
+        backbone: in a folder that holds a head alone, the PARD drafter it sits on (a folder, relative to this one or
+            not, or a Hub id); None otherwise.
     """
 
     model_type = "hf_specdec_pard"
@@ -55,6 +57,7 @@ class PardConfig(PreTrainedConfig):
     draft_vocab_size: int | None = None
     tie_word_embeddings: bool = False
     decoding: dict | None = None
+    head: dict | None = None
     backbone: str | None = None
 
     def __post_init__(self, **kwargs):
@@ -91,6 +94,7 @@ class PardConfig(PreTrainedConfig):
         if self.target_vocab_size is not None and self.vocab_size is not None:
             if min(self.vocab_size, self.target_vocab_size) <= self.mask_token_id:
                 raise ValueError(f"mask_token_id {self.mask_token_id} is outside the target's or the LM's vocabulary")
+        check_head(self)
 
     @classmethod
     def for_target(

@@ -23,13 +23,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from transformers import DynamicCache, GenerationConfig, LogitsProcessorList, PreTrainedModel, StoppingCriteriaList
-from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria
 
-from ...verification.stats import AcceptanceStats
 from ...verification.tree import mask_for_attention
 from ..block_drafter.generation_block_drafter import BlockDraftCandidateGenerator
 from ..padding import left_pad, length_groups
-from ..target_features import hidden_state_indices
 from .modeling_pard import PardDrafter
 
 
@@ -45,16 +42,13 @@ class PardCandidateGenerator(BlockDraftCandidateGenerator):
         logits_processor: LogitsProcessorList | None = None,
         stopping_criteria: StoppingCriteriaList | None = None,
     ) -> None:
-        config = drafter.config
-        self.drafter = drafter
-        self.layer_ids = list(config.target_layer_ids)
-        self.model_kwargs_overrides = {"output_hidden_states": hidden_state_indices(self.layer_ids)}
-        self.block_size = config.block_size
-        self.max_length = generation_config.max_length
-        self.logits_processor = logits_processor if logits_processor else None
-        extra = [c for c in stopping_criteria or () if not isinstance(c, (MaxLengthCriteria, EosTokenCriteria))]
-        self.stopping_criteria = StoppingCriteriaList(extra) if extra else None
-        self.vocab_size = target.get_output_embeddings().weight.shape[0]
+        super().__init__(drafter, target, generation_config, logits_processor, stopping_criteria)
+        self.inject = drafter.feature_proj is not None
+        self.features: torch.Tensor | None = None  # (1, C, L*H) target features of committed tokens (injection)
+        self.ready: tuple[int, torch.Tensor, torch.Tensor] | None = None  # (T, (K, H), (K-1, Vd)) from draft_rows
+
+    def bind_scoring(self, drafter: PardDrafter, target: PreTrainedModel) -> None:
+        """The drafter's own embeddings and LM head rows, and a causal LM's KV cache."""
         lm_head = drafter.get_output_embeddings()
         self.embed = drafter.get_input_embeddings()  # token embeddings in the drafter's width (what heads read)
         # (Vd,) ids the drafter's head scores (its draft vocabulary), or None for every id the target has
@@ -65,17 +59,6 @@ class PardCandidateGenerator(BlockDraftCandidateGenerator):
             bias = bias[: self.vocab_size] if self.draft_vocab is None else bias.index_select(0, self.draft_vocab)
         self.head_bias = bias
         self.cache = DynamicCache()
-        self.inject = drafter.feature_proj is not None
-        self.features: torch.Tensor | None = None  # (1, C, L*H) target features of committed tokens (injection)
-        self.pending = None
-        self.context_rows = 0  # committed tokens whose features are in `self.features`
-        self.mask_ids = torch.full(
-            (1, self.block_size - 1), config.mask_token_id, dtype=torch.long, device=drafter.device
-        )
-        self.stats = AcceptanceStats(block_size=self.block_size)
-        self._drafted: int | None = None
-        self.ready: tuple[int, torch.Tensor, torch.Tensor] | None = None  # (T, (K, H), (K-1, Vd)) from draft_rows
-        drafter.last_acceptance_stats = self.stats
 
     def _receive(self, model_outputs, num_committed: int) -> None:
         """Keep the tapped features of tokens committed since the last call (only with feature injection)."""
@@ -131,7 +114,7 @@ class PardCandidateGenerator(BlockDraftCandidateGenerator):
         return hidden, F.linear(hidden, self.head_weight, self.head_bias)
 
     def block_states(self, input_ids: torch.LongTensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(k + 1, H) states a head reads (`models/pard_dcoco`, `models/pard_dblast`) and (k, Vd) draft scores. A
+        """(k + 1, H) states a head reads (`models/attach.py`) and (k, Vd) draft scores. A
         causal LM's output at a position both ends its token and predicts the next, so the anchor's state is the
         output at the anchor and slot s's is the output that predicts it: the anchor's again for slot 1, mask
         s - 1's after."""

@@ -6,30 +6,29 @@ prediction), the output at mask i is draft i + 1. Afterwards the mask entries ar
 then holds exactly the committed tokens. docs/pard.md has the method and the training recipe.
 
 Saved two ways: full weights (`save_pretrained`, any size) or, for a drafter adapted with LoRA, only the adapter
-(`adapter_model.safetensors` + `adapter_config.json`) next to this kind's `config.json`, whose `base_model` names the
-causal LM; `from_pretrained` then loads the base and merges the adapter. A kind that adds a head on top (DCOCO's
-corrector, DBLAST's mixture: `models/pard_dcoco`, `models/pard_dblast`) can also save the head alone
-(`save_head_folder`): its config names the PARD drafter underneath (`backbone`), loaded first.
+(`adapter_model.safetensors` + `adapter_config.json`) next to this base's `config.json`, whose `base_model` names
+the causal LM; `from_pretrained` then loads the base and merges the adapter. A head on top (`models/attach.py`) can
+also be saved alone: its config names the PARD drafter underneath (`backbone`), loaded first.
 """
 
 from __future__ import annotations
 
 import inspect
 from pathlib import Path
-from typing import ClassVar
 
 import torch
 import torch.nn as nn
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM, PreTrainedModel
 
+from ..attach import HEAD_WEIGHTS, is_head_folder, load_head_folder
 from ..base_models import missing_base_hint, resolve_base_model
+from ..registry import build_head
 from ..settings import SavedDecoding
 from .configuration_pard import PardConfig
 
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 DRAFT_VOCAB = "draft_vocab.safetensors"  # beside an adapter: the ids the head scores
-HEAD_WEIGHTS = "head.safetensors"  # a head saved alone (its config names the PARD drafter under it)
 
 
 class PardDrafter(SavedDecoding, PreTrainedModel):
@@ -40,7 +39,6 @@ class PardDrafter(SavedDecoding, PreTrainedModel):
     """
 
     config_class = PardConfig
-    head_modules: ClassVar[tuple[str, ...]] = ()  # submodules a head kind adds on top of the LM (saved apart)
     base_model_prefix = "pard"
     main_input_name = "input_ids"
     _supports_sdpa = True
@@ -55,6 +53,7 @@ class PardDrafter(SavedDecoding, PreTrainedModel):
         vocab = None if config.draft_vocab_size is None else torch.arange(config.draft_vocab_size)  # (Vd,)
         self.register_buffer("draft_vocab", vocab, persistent=True)  # filled from the checkpoint or set_draft_vocab
         self.post_init()
+        build_head(self)  # the head `config.head` names, if any (models/attach.py)
 
     def _init_weights(self, module: nn.Module) -> None:
         # The LM arrives initialised (from_config) or trained (from_pretrained); only the projection is ours.
@@ -154,8 +153,8 @@ class PardDrafter(SavedDecoding, PreTrainedModel):
         adapter; a folder with only the config loads `base_model` as it is."""
         folder = Path(pretrained_model_name_or_path)
         if folder.is_dir() and not any(folder.glob("model*.safetensors")):
-            if (folder / HEAD_WEIGHTS).is_file():
-                return cls.from_head_folder(folder, dtype=kwargs.get("dtype"), device_map=kwargs.get("device_map"))
+            if is_head_folder(folder):
+                return load_head_folder(folder, dtype=kwargs.get("dtype"), device_map=kwargs.get("device_map"))
             if (folder / ADAPTER_WEIGHTS).is_file():
                 return cls.from_adapter_folder(folder, dtype=kwargs.get("dtype"), device_map=kwargs.get("device_map"))
             # a config alone: the base LM as is (an untrained mask token: its first draft is the LM's next token)
@@ -203,68 +202,6 @@ class PardDrafter(SavedDecoding, PreTrainedModel):
         """Whether `path` is a folder that holds a LoRA adapter and no full weights (loaded as base + adapter)."""
         folder = Path(path)
         return folder.is_dir() and (folder / ADAPTER_WEIGHTS).is_file() and not any(folder.glob("model*.safetensors"))
-
-    @classmethod
-    def with_backbone(cls, drafter: PardDrafter, **head_config) -> PardDrafter:
-        """A drafter of this class (a head kind) over `drafter`'s LM (shared, not copied), with its feature
-        projection and draft vocabulary and a fresh head; `head_config` sets the head's config fields."""
-        known = PardConfig.__dataclass_fields__
-        fields = {k: v for k, v in drafter.config.to_dict().items() if k in known and k != "backbone"}
-        model = cls(cls.config_class(**{**fields, **head_config}), lm=drafter.lm)
-        model.to(device=drafter.device, dtype=drafter.dtype)
-        own = {k: v for k, v in drafter.state_dict().items() if not k.startswith("lm.")}
-        missing, unexpected = model.load_state_dict(own, strict=False)
-        heads = ("lm.", *(f"{name}." for name in cls.head_modules))
-        if unexpected or any(not name.startswith(heads) for name in missing):
-            raise ValueError(
-                f"the PARD drafter does not fit under {cls.__name__}: missing {missing}, unexpected {unexpected}"
-            )
-        return model
-
-    def head_state_dict(self) -> dict[str, torch.Tensor]:
-        """The weights of this kind's head modules (`head_modules`), by their names in the drafter."""
-        return {k: v for k, v in self.state_dict().items() if k.split(".", 1)[0] in self.head_modules}
-
-    def save_head_folder(self, folder: str | Path, backbone: str) -> None:
-        """Save the head alone: this kind's config naming `backbone` (the folder or Hub id of the PARD drafter
-        underneath; a relative folder is read relative to `folder`) and the head's weights."""
-        if not self.head_modules:
-            raise ValueError(f"{type(self).__name__} has no head to save alone; use save_pretrained")
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        self.config.backbone = str(backbone)
-        try:
-            self.config.save_pretrained(folder)
-        finally:
-            self.config.backbone = None
-        weights = {k: v.detach().cpu().contiguous() for k, v in self.head_state_dict().items()}
-        save_file(weights, str(folder / HEAD_WEIGHTS))
-
-    @classmethod
-    def from_head_folder(cls, folder: str | Path, dtype=None, device_map=None) -> PardDrafter:
-        """The PARD drafter `backbone` names, with the head saved in `folder` on top (see `save_head_folder`)."""
-        folder = Path(folder)
-        config = cls.config_class.from_pretrained(folder)
-        if not config.backbone:
-            raise ValueError(f"{folder} holds a head ({HEAD_WEIGHTS}) but its config names no backbone PARD drafter")
-        beside = folder / config.backbone
-        where = str(beside) if (beside / "config.json").is_file() else resolve_base_model(config.backbone, folder)
-        if not Path(where).is_dir() and (config.backbone.startswith(".") or Path(config.backbone).is_absolute()):
-            raise OSError(
-                f"the PARD drafter this head sits on ({config.backbone!r}, named as backbone in {folder}/config.json) "
-                f"is not there (looked beside the head, in the working directory and in folders above the head). "
-                "Put it there, or set backbone to its folder (relative to the head's folder) or Hub id."
-            )
-        backbone = PardDrafter.from_pretrained(where, dtype=dtype, device_map=device_map)
-        fields = {k: v for k, v in config.to_dict().items() if k in cls.config_class.__dataclass_fields__}
-        head = {k: v for k, v in fields.items() if k not in PardConfig.__dataclass_fields__}
-        model = cls.with_backbone(backbone, **head, decoding=config.decoding)
-        weights = load_file(str(folder / HEAD_WEIGHTS))
-        expected = set(model.head_state_dict())
-        if set(weights) != expected:
-            raise ValueError(f"{folder / HEAD_WEIGHTS} holds {sorted(weights)}, expected {sorted(expected)}")
-        model.load_state_dict(weights, strict=False)
-        return model
 
     def save_adapter_folder(self, folder: str | Path) -> None:
         """What an adapter folder holds besides peft's adapter files: this kind's config and the draft vocabulary."""

@@ -2,8 +2,8 @@
 
 q_s is prefix-independent (the block is drafted in one pass): branch 0 is the argmax path, the others are i.i.d.
 samples of the per-slot q (docs/specopd.md section 4). Every q is returned dense over the drafter's vocabulary Vd,
-at the training temperature, with gradients; tokens are draft-vocabulary indices. The DCOCO and DBLAST policies
-subclass this one and override `scores`, `draw` and `path_q`.
+at the training temperature, with gradients; tokens are draft-vocabulary indices. Both bases use it; the heads'
+policies (DCOCO's, DBLAST's) subclass it and override `scores`, `draw` and `path_q`.
 Letters: n anchors, M branches, k drafted tokens, Vd draft vocabulary.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from .modeling_block_drafter import BlockDrafter
+from .registry import head_of
 
 
 def sample_rows(probs: torch.Tensor, draws: int, rng: torch.Generator | None) -> torch.LongTensor:
@@ -24,10 +24,20 @@ class BlockPolicy:
     """q_s = softmax(U_s / T), the same for every branch."""
 
     def __init__(
-        self, drafter: BlockDrafter, embed: nn.Module, temperature: float, to_draft: torch.Tensor | None = None
+        self, drafter: nn.Module, embed: nn.Module, temperature: float, to_draft: torch.Tensor | None = None
     ) -> None:
         self.drafter, self.embed, self.temperature = drafter, embed, temperature
         self.to_draft = to_draft  # (V,) full id -> draft-vocabulary index
+
+    @property
+    def head(self) -> nn.Module:
+        """The drafter's head module (for a head's policy)."""
+        return getattr(self.drafter, head_of(self.drafter).attr)
+
+    def vocab_size(self) -> int:
+        """Vd: the size of the drafter's draft vocabulary."""
+        vocab = self.drafter.draft_vocab
+        return len(vocab) if vocab is not None else self.to_draft.shape[0]
 
     def scores(self, hidden: torch.Tensor, logits: torch.Tensor, anchor_ids: torch.LongTensor) -> torch.Tensor:
         """(n, k, Vd) log q_s from (n, K, H) block hidden states and (n, K, Vd) logits (anchor slot first)."""

@@ -1,14 +1,15 @@
 """What the adaptive budget decides on a given cost curve: the drafts per step it verifies and the expected speedup.
 
-For issue-style questions ("on a CPU where 8 tokens cost 2.7x one, what does it do?") without that machine: pin the
-curve (measured elsewhere) into a `StepCostModel`, teach an `AcceptanceModel` a drafter's per-depth acceptance, and
-ask the real `Budget` for its choice on a chain of drafts (and on a best-first tree) of that drafter.
+For questions such as "on a CPU where 8 tokens cost 2.7x one, what does it do?" without that machine: pin the curve
+(measured elsewhere) into a `StepCostModel`, teach an `AcceptanceModel` a drafter's per-depth acceptance, and ask
+the real `Budget` for its plan on a chain of drafts of that drafter.
 """
 
 from __future__ import annotations
 
 from hf_specdec.decoding.acceptance_model import AcceptanceModel
 from hf_specdec.decoding.budget import Budget
+from hf_specdec.decoding.budget_memory import BudgetMemory
 from hf_specdec.decoding.step_cost import StepCostModel
 from hf_specdec.verification.tree import DraftTree
 
@@ -29,7 +30,7 @@ def taught_model(rates: list[float], steps: int = 400) -> AcceptanceModel:
 
 
 def decision(curve_ms: dict[int, float], rates: list[float], rows: int = 1, draft_ms: float = 0.0) -> dict:
-    """The budget's choice for a chain of len(rates) drafts on `curve_ms` ({fed tokens per row: ms} of `rows` rows):
+    """The budget's plan for a chain of len(rates) drafts on `curve_ms` ({fed tokens per row: ms} of `rows` rows):
     drafts verified per step, expected tokens per step, expected speedup over plain steps."""
     costs = StepCostModel("pinned")
     costs.pin({n: ms / 1000 for n, ms in curve_ms.items()}, rows)
@@ -37,13 +38,14 @@ def decision(curve_ms: dict[int, float], rates: list[float], rows: int = 1, draf
     chain = DraftTree()
     for d in range(len(rates)):
         chain.add(1, d - 1)
-    budget = Budget(costs, model, draft_seconds=draft_ms / 1000)
-    values = [sorted(model.node_values(chain), reverse=True)] * rows
-    best = budget._best(values, rows, len(rates))
-    rate, plain = budget._rate(values, rows, best), rows / costs.cost(1, rows)
+    plan = Budget(BudgetMemory(costs, model), draft_seconds=draft_ms / 1000).plan(rows, lambda: [chain] * rows)
+    assert plan.drafted and not plan.measuring  # a first try at a load with no judged drafts: drafts, at a size
+    best = len(plan.trees[0])
+    per_row = 1 + sum(sorted(model.node_values(chain), reverse=True)[:best])  # expected committed tokens per row
+    rate, plain = rows * per_row / (costs.cost(1 + best, rows) + rows * draft_ms / 1000), rows / costs.cost(1, rows)
     return {
         "drafts": best,
-        "expected_tokens_per_step": rate * (costs.cost(1 + best, rows) + rows * draft_ms / 1000) / rows,
+        "expected_tokens_per_step": per_row,
         "expected_speedup": max(rate, plain) / plain,
         "plain_steps": rate < plain,
     }

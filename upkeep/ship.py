@@ -1,14 +1,14 @@
 """Ship a trained drafter into the repository: drafters/NAME/{config.json, model.safetensors, TRAINING.md, loss.png}
 copied from a training run (bf16 safetensors), with a record of how it was made, and optionally published.
 
-This is what `scripts/ship_drafter.py` runs. The source is the run's finished drafter (run/drafter, or run/adapter
-for a kind that ships as its adapter) or, when training was stopped early, its last checkpoint (run/checkpoint) if
-that holds a whole drafter with its config (a LoRA checkpoint holds the adapters alone: `--export_only` saves a
-drafter from it first); the figures in TRAINING.md (steps, training time, data and supervised tokens, first and
-last losses) come from run/checkpoint/trainer_state.json and the run's cached data (run/data), so the record
-describes exactly the weights shipped. Checkpoints over 64 MiB are refused (the repository keeps drafters small).
-With `push_to_hub` the folder then goes up with a model card in one commit (`publish_drafter`), and the card
-carries the same figures as TRAINING.md.
+This is what `scripts/ship_drafter.py` runs: repository upkeep, so it lives outside the hf_specdec package (and its
+wheel). The source is the run's finished drafter (run/drafter, or run/adapter for a kind that ships as its adapter) or,
+when training was stopped early, its last checkpoint (run/checkpoint) if that holds a whole drafter with its config (a
+LoRA checkpoint holds the adapters alone: `--export_only` saves a drafter from it first); the figures in TRAINING.md
+(steps, training time, data and supervised tokens, first and last losses) come from run/checkpoint/trainer_state.json
+and the run's cached data (run/data), so the record describes exactly the weights shipped. Checkpoints over 64 MiB are
+refused (the repository keeps drafters small). With `push_to_hub` the folder then goes up with a model card in one
+commit (`publish_drafter`), and the card carries the same figures as TRAINING.md.
 
 NAME must be one plain folder name (`check_name`), so the folder replaced is drafters/NAME and nothing else. The new
 folder is written aside (drafters/.NAME.staging) and checked (size) before the old drafter is touched; then the two
@@ -25,11 +25,11 @@ from pathlib import Path
 import torch
 from huggingface_hub import HfApi
 
-from ..models.block_drafter import BlockDrafter
-from ..models.loading import load_drafter
-from .card import is_hub_id, read_benchmark
-from .portable import Portable
-from .publish import publish_drafter, resolve_target
+from hf_specdec import BlockDrafter, load_drafter
+from hf_specdec.hub.card import is_hub_id, read_benchmark
+from hf_specdec.hub.portable import Portable
+from hf_specdec.hub.publish import publish_drafter, resolve_target
+from hf_specdec.hub.record import smoothed, write_plot
 
 LIMIT = 64 * 2**20  # bytes of model.safetensors (or the adapter) a shipped drafter may take
 ADAPTER_FILES = ("adapter_model.safetensors", "adapter_config.json")  # what an adapter-format drafter ships
@@ -59,37 +59,6 @@ def data_tokens(folder: Path) -> int:
         with safe_open(str(shard), "pt") as f:
             total += sum(f.get_slice(k).get_shape()[0] for k in f.keys() if k.endswith(".ids"))
     return total
-
-
-def smoothed(values: list[float], width: int = 20) -> list[float]:
-    """Trailing mean over the last `width` values at each point, so the plot shows the trend under step noise."""
-    out, acc = [], []
-    for v in values:
-        acc = (acc + [v])[-width:]
-        out.append(sum(acc) / len(acc))
-    return out
-
-
-def write_plot(losses: list[list[float]], path: Path) -> bool:
-    """Plot (step, loss) pairs and their 20-step mean to `path`; False when matplotlib is not installed."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return False
-    steps, values = [s for s, _ in losses], [v for _, v in losses]
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.plot(steps, values, alpha=0.3, label="loss")
-    ax.plot(steps, smoothed(values), label="20-step mean")
-    ax.set_xlabel("step")
-    ax.set_ylabel("position-decayed CE")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return True
 
 
 def training_log(state: dict, data: dict, tokens: int, adjustments: list[str] = ()) -> dict:
