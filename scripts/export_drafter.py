@@ -6,7 +6,7 @@
 Writes OUTPUT/config.json (`"architectures": ["DFlashDraftModel"]`, `block_size`, `dflash_config` with
 `mask_token_id` and `target_layer_ids`) and OUTPUT/model.safetensors (`fc`, `hidden_norm`, `layers.N.*`, `norm`),
 reloads the folder with hf_specdec and checks that it gives back the same drafter
-(`hf_specdec.models.block_drafter.dflash_export.export_and_check`).
+(`hf_specdec.models.formats.dflash_export.export_and_check`).
 
 - A drafter with a reduced draft vocabulary (`draft_vocab_size`, as the shipped one has) needs `--target`: the
   export adds `d2t`/`t2d` and the target LM-head rows it scores (`lm_head.weight`), which is how vLLM's DFlash
@@ -18,7 +18,7 @@ reloads the folder with hf_specdec and checks that it gives back the same drafte
 Layout checked against vLLM `vllm/model_executor/models/qwen3_dflash.py` @ 036a00d, `vllm/config/speculative.py`
 @ 002e77c, `vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py` @ 0cfdd2e, and SGLang
 `python/sglang/srt/models/dflash.py` @ 003b23d, `python/sglang/srt/speculative/dflash_utils.py` @ 00731f0 and
-`dflash_worker.py` @ 0468412 (see `hf_specdec/models/block_drafter/dflash_format.py`). Serve the folder as README.md's
+`dflash_worker.py` @ 0468412 (see `hf_specdec/models/formats/dflash.py`). Serve the folder as README.md's
 "Serving with vLLM or SGLang" shows: vLLM `num_speculative_tokens` = block_size - 1, SGLang
 `--speculative-num-draft-tokens` = block_size.
 """
@@ -41,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    from hf_specdec.models.block_drafter.dflash_export import export_and_check  # torch: after the arguments
+    from hf_specdec.models.formats.dflash_export import export_and_check  # torch: after the arguments
 
     logging.basicConfig(format="%(levelname)s %(message)s", level=logging.WARNING)
     try:

@@ -2,7 +2,7 @@
 z-lab's checkpoints have and that vLLM's and SGLang's DFlash loaders read, and `load_drafter` reads it back into
 a drafter with identical outputs: same hidden states, logits and drafts, same `generate()` output and acceptance.
 
-Names the serving stacks read (sources in `hf_specdec/models/block_drafter/dflash_format.py`): vLLM
+Names the serving stacks read (sources in `hf_specdec/models/formats/dflash.py`): vLLM
 `DFlashQwen3Model` loads `fc`, `hidden_norm`, `norm` and `layers.N.{self_attn.{q,k,v,o}_proj, self_attn.{q,k}_norm,
 mlp.{gate,up,down}_proj, input_layernorm, post_attention_layernorm}` (prefixing `model.`), plus `d2t` and `lm_head`
 for a reduced vocabulary (`t2d` skipped); SGLang `DFlashDraftModel` loads the same backbone names and ignores the rest.
@@ -22,7 +22,7 @@ from safetensors import safe_open
 from transformers import AutoConfig, Qwen3Config
 
 from hf_specdec import BlockDrafter, DBLASTDrafter, DCOCODrafter, load_drafter
-from hf_specdec.models.block_drafter.dflash_format import export_dflash
+from hf_specdec.models.formats.dflash import export_dflash
 
 # Top-level keys of a z-lab DFlash config.json (SpecForge `configs/qwen3-8b-dflash.json` schema), less `auto_map`:
 # the export ships no remote code.

@@ -42,6 +42,19 @@ NEW_TOKENS = 24
 # ---- the third base: a causal LM of its own class, drafting with masks ----
 
 
+def lm_fields(hidden: int) -> dict:
+    """A tiny Llama's config fields (the target's vocabulary)."""
+    return dict(
+        vocab_size=VOCAB,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        initializer_range=0.3,
+    )
+
+
 class MaskLMConfig(PretrainedConfig):
     model_type = "hf_specdec_test_mask_lm"
 
@@ -86,17 +99,8 @@ class MaskLMDrafter(SavedDecoding, PreTrainedModel):
     def for_target(cls, target) -> MaskLMDrafter:
         torch.manual_seed(5)
         text = target.config
-        lm = dict(
-            vocab_size=VOCAB,
-            hidden_size=48,
-            intermediate_size=96,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            initializer_range=0.3,
-        )
         config = MaskLMConfig(
-            lm=lm,
+            lm=lm_fields(48),
             target_hidden_size=text.hidden_size,
             target_num_hidden_layers=text.num_hidden_layers,
             target_vocab_size=text.vocab_size,
@@ -225,17 +229,7 @@ hf_specdec.register_head(
 
 def pard(target) -> PardDrafter:
     torch.manual_seed(2)
-    lm = LlamaForCausalLM(
-        LlamaConfig(
-            vocab_size=VOCAB,
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            initializer_range=0.3,
-        )
-    ).eval()
+    lm = LlamaForCausalLM(LlamaConfig(**lm_fields(32))).eval()
     return PardDrafter.from_causal_lm(lm, target, mask_token_id=MASK_ID, block_size=BLOCK)
 
 

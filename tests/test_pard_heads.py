@@ -38,9 +38,8 @@ from hf_specdec import (
 from hf_specdec.models.attach import head_state_dict
 from hf_specdec.models.heads.dblast.mixture import mixture_conditionals
 from hf_specdec.models.heads.dcoco.walk import walk_q
-from hf_specdec.training.config import CorrectorTrainingConfig, MixtureTrainingConfig
+from hf_specdec.training.config import DBLASTHeadTrainingConfig, DCOCOHeadTrainingConfig
 from hf_specdec.training.data import TrainingSequence
-from hf_specdec.training.pard_layout import block_states
 from hf_specdec.training.run import run
 from hf_specdec.training.specopd import policy_for
 
@@ -126,7 +125,7 @@ def test_a_fresh_mixture_head_drafts_exactly_as_its_pard_drafter(target, prompt)
 
 @pytest.mark.parametrize("kind", ["dcoco", "dblast"])
 def test_training_reads_the_states_decoding_gives_the_head(target, prompt, kind):
-    """`pard_layout.block_states` (one packed pass over many anchors) equals, anchor by anchor, what the candidate
+    """`PardDrafter.anchor_states` (one packed pass over many anchors) equals, anchor by anchor, what the candidate
     generator hands a head in decoding (`block_states`), so a head is trained on what it will see; and the head's
     policy (training, batched over the anchors) reads from them the scores, greedy block and q along a block that
     its proposals (decoding, one anchor) read: trained q = decoding q."""
@@ -138,7 +137,7 @@ def test_training_reads_the_states_decoding_gives_the_head(target, prompt, kind)
     policy = policy_for(drafter, drafter.get_input_embeddings(), temperature, torch.arange(VOCAB))
     assert type(policy) is head_of(drafter).policy_class
     with torch.no_grad():
-        packed = block_states(drafter, seq, anchors, target.device)  # (n, K, H)
+        packed = drafter.anchor_states(seq.ids, seq.features, anchors, None)  # (n, K, H)
         logits = F.linear(packed, drafter.head_weight(), drafter.get_output_embeddings().bias)  # (n, K, Vd)
         trained = policy.scores(packed, logits, ids[anchors])
         greedy = policy.draw(trained, 1, None)  # (n, 1, k) draft-vocabulary indices (= ids: no reduced vocabulary)
@@ -224,7 +223,7 @@ def test_bad_head_shapes_are_refused(target):
 def test_a_head_trains_on_a_pard_drafter_and_saves_a_loadable_head(tmp_path, kind):
     target = saved_run_inputs(tmp_path, sequences=4)
     pard(target).save_pretrained(tmp_path / "pard")
-    head_config = CorrectorTrainingConfig if kind == "dcoco" else MixtureTrainingConfig
+    head_config = DCOCOHeadTrainingConfig if kind == "dcoco" else DBLASTHeadTrainingConfig
     shape = (
         {"corrector_candidates": 64} if kind == "dcoco" else {"mixture_components": 3, "mixture_rank": 4, "top_m": 8}
     )

@@ -21,7 +21,6 @@ from hf_specdec.models.pard import PardCandidateGenerator
 from hf_specdec.models.policy import BlockPolicy
 from hf_specdec.training.config import DistillationConfig
 from hf_specdec.training.data import TrainingSequence
-from hf_specdec.training.pard_layout import block_states
 from hf_specdec.training.pard_specopd import PardSpecOPDTrainer
 from hf_specdec.training.run import run, trainer_class
 from hf_specdec.training.specopd import SpecOPDTrainer
@@ -41,7 +40,7 @@ def test_the_q_specopd_trains_is_the_q_decoding_samples_from(tmp_path):
     drafter.eval()
     anchors = torch.tensor([4, 17, 25])
     with torch.no_grad():
-        states = block_states(drafter, seq, anchors, trainer.device)  # (n, K, H)
+        states = drafter.anchor_states(seq.ids, seq.features, anchors, None)  # (n, K, H)
         scores = trainer.policy.scores(states, trainer.slot_logits(states), ids[anchors])  # (n, k, Vd) log q
         for i, a in enumerate(anchors.tolist()):
             gen = PardCandidateGenerator(drafter, target, GenerationConfig(max_length=60))
@@ -115,7 +114,7 @@ def test_specopd_refuses_a_head_on_a_pard_drafter_and_keeps_block_drafters_its_o
         config = DistillationConfig(**common, drafter=str(tmp_path / folder))
         assert trainer_class(config) is PardSpecOPDTrainer
         refusal = f"is a PardDrafter with a {head} head, a head on a PARD drafter: SpecOPD trains the PARD drafter"
-        with pytest.raises(ValueError, match=f"{refusal} itself.*train_corrector"):
+        with pytest.raises(ValueError, match=f"{refusal} itself.*train_dcoco_head"):
             PardSpecOPDTrainer.build_drafter(config, target)
     sequential = DistillationConfig(**{**common, "objective": "sequential_opd"}, drafter=str(tmp_path / "pard"))
     with pytest.raises(ValueError, match="is a PARD drafter. Train it on its own policy with --objective specopd"):

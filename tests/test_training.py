@@ -250,15 +250,15 @@ def test_feature_extraction_resumes_after_a_crash(tmp_path, monkeypatch):
 
 def test_corrector_training_learns_transitions_with_a_frozen_backbone(tmp_path):
     from hf_specdec import DCOCODrafter
-    from hf_specdec.training.config import CorrectorTrainingConfig
-    from hf_specdec.training.dcoco import CorrectorTrainer
+    from hf_specdec.training.config import DCOCOHeadTrainingConfig
+    from hf_specdec.training.dcoco import DCOCOHeadTrainer
 
     _, target, base, seqs = tiny_setup(tmp_path)
     pattern = torch.tensor([5, 9, 17, 33, 65, 129, 200, 11])  # a fixed cycle: each token determines the next
     for seq in seqs:
         seq.ids = pattern.repeat(5)
         seq.features = target_features(target, seq.ids.tolist(), [0, 2, 3])
-    config = CorrectorTrainingConfig(
+    config = DCOCOHeadTrainingConfig(
         target="tiny",
         output_dir=str(tmp_path),
         drafter="unused",
@@ -273,23 +273,23 @@ def test_corrector_training_learns_transitions_with_a_frozen_backbone(tmp_path):
     )
     drafter = DCOCODrafter.from_block_drafter(base, corrector_candidates=128)
     backbone = {k: v.clone() for k, v in drafter.state_dict().items() if not k.startswith("corrector.")}
-    trainer = CorrectorTrainer(config, target, drafter, seqs)
+    trainer = DCOCOHeadTrainer(config, target, drafter, seqs)
     state = trainer.train()
     losses = [loss for _, loss in state["losses"]]
     assert sum(losses[-5:]) / 5 < 0.5 * sum(losses[:5]) / 5
     assert 0.2 < trainer.candidate_recall < 1.0
     assert all(torch.equal(v, drafter.state_dict()[k]) for k, v in backbone.items())
     with pytest.raises(ValueError, match="--drafter is required"):
-        CorrectorTrainingConfig(target="tiny", output_dir=str(tmp_path))
+        DCOCOHeadTrainingConfig(target="tiny", output_dir=str(tmp_path))
 
 
 def test_joint_corrector_training_also_moves_the_backbone(tmp_path):
     from hf_specdec import DCOCODrafter
-    from hf_specdec.training.config import CorrectorTrainingConfig
-    from hf_specdec.training.dcoco import CorrectorTrainer
+    from hf_specdec.training.config import DCOCOHeadTrainingConfig
+    from hf_specdec.training.dcoco import DCOCOHeadTrainer
 
     _, target, base, seqs = tiny_setup(tmp_path)
-    config = CorrectorTrainingConfig(
+    config = DCOCOHeadTrainingConfig(
         target="tiny",
         output_dir=str(tmp_path),
         drafter="unused",
@@ -304,17 +304,17 @@ def test_joint_corrector_training_also_moves_the_backbone(tmp_path):
     )
     drafter = DCOCODrafter.from_block_drafter(base, corrector_candidates=32)
     fc = drafter.fc.weight.detach().clone()
-    CorrectorTrainer(config, target, drafter, seqs).train()
+    DCOCOHeadTrainer(config, target, drafter, seqs).train()
     assert not torch.equal(fc, drafter.fc.weight)
 
 
 def test_mixture_head_training_raises_expected_acceptance(tmp_path):
     from hf_specdec import DBLASTDrafter
-    from hf_specdec.training.config import MixtureTrainingConfig
-    from hf_specdec.training.dblast import MixtureTrainer, cache_target_probs
+    from hf_specdec.training.config import DBLASTHeadTrainingConfig
+    from hf_specdec.training.dblast import DBLASTHeadTrainer, cache_target_probs
 
     _, target, base, seqs = tiny_setup(tmp_path)
-    config = MixtureTrainingConfig(
+    config = DBLASTHeadTrainingConfig(
         target="tiny",
         output_dir=str(tmp_path),
         drafter="unused",
@@ -334,20 +334,20 @@ def test_mixture_head_training_raises_expected_acceptance(tmp_path):
     assert cache_target_probs(target, seqs, tmp_path / "p", 1.0, 16)[1][1].equal(probs[1][1])  # cached
     drafter = DBLASTDrafter.from_block_drafter(base, mixture_components=4, mixture_rank=8)
     backbone = {k: v.clone() for k, v in drafter.state_dict().items() if not k.startswith("mixture_head.")}
-    state = MixtureTrainer(config, target, drafter, seqs, probs).train()
+    state = DBLASTHeadTrainer(config, target, drafter, seqs, probs).train()
     losses = [loss for _, loss in state["losses"]]
     assert sum(losses[-5:]) / 5 < sum(losses[:5]) / 5
     assert all(torch.equal(v, drafter.state_dict()[k]) for k, v in backbone.items())
     with pytest.raises(ValueError, match="temperature"):
-        MixtureTrainingConfig(target="tiny", output_dir=str(tmp_path), drafter="x", temperature=0)
+        DBLASTHeadTrainingConfig(target="tiny", output_dir=str(tmp_path), drafter="x", temperature=0)
     with pytest.raises(ValueError, match="draft_vocab_size"):
-        MixtureTrainingConfig(target="tiny", output_dir=str(tmp_path), drafter="x", draft_vocab_size=64)
+        DBLASTHeadTrainingConfig(target="tiny", output_dir=str(tmp_path), drafter="x", draft_vocab_size=64)
 
 
 def test_head_training_pipelines_save_loadable_drafters_and_logs(tmp_path):
     """run() of DCOCO and DBLAST head configs end to end on a saved tiny target and drafter."""
     from hf_specdec import DBLASTDrafter, DCOCODrafter, load_drafter
-    from hf_specdec.training.config import CorrectorTrainingConfig, MixtureTrainingConfig
+    from hf_specdec.training.config import DBLASTHeadTrainingConfig, DCOCOHeadTrainingConfig
     from hf_specdec.training.counters import COUNTERS
     from hf_specdec.training.run import run
 
@@ -366,12 +366,12 @@ def test_head_training_pipelines_save_loadable_drafters_and_logs(tmp_path):
     )
     for config, cls, key in [
         (
-            CorrectorTrainingConfig(output_dir=str(tmp_path / "c"), corrector_candidates=32, **common),
+            DCOCOHeadTrainingConfig(output_dir=str(tmp_path / "c"), corrector_candidates=32, **common),
             DCOCODrafter,
             "candidate_recall",
         ),
         (
-            MixtureTrainingConfig(
+            DBLASTHeadTrainingConfig(
                 output_dir=str(tmp_path / "m"), mixture_components=2, mixture_rank=4, top_m=8, **common
             ),
             DBLASTDrafter,
@@ -388,14 +388,14 @@ def test_head_training_pipelines_save_loadable_drafters_and_logs(tmp_path):
 def test_the_config_class_picks_the_trainer():
     """--objective names a config class; the class, not the name, picks the trainer; recipes keep the flag."""
     from hf_specdec.training.config import (
-        CorrectorTrainingConfig,
+        DBLASTHeadTrainingConfig,
+        DCOCOHeadTrainingConfig,
         DistillationConfig,
-        MixtureTrainingConfig,
         SequentialOPDConfig,
         SpecOPDConfig,
     )
-    from hf_specdec.training.dblast import MixtureTrainer
-    from hf_specdec.training.dcoco import CorrectorTrainer
+    from hf_specdec.training.dblast import DBLASTHeadTrainer
+    from hf_specdec.training.dcoco import DCOCOHeadTrainer
     from hf_specdec.training.publishing import recipe_command
     from hf_specdec.training.run import trainer_class
     from hf_specdec.training.sequential_opd import SequentialOPDTrainer
@@ -411,8 +411,8 @@ def test_the_config_class_picks_the_trainer():
         (DistillationConfig(**settings, objective="specopd"), SpecOPDTrainer),
         (SpecOPDConfig(**settings), SpecOPDTrainer),
         (DistillationConfig(**settings, objective="sequential_opd"), SequentialOPDTrainer),
-        (CorrectorTrainingConfig(**settings, drafter="d"), CorrectorTrainer),
-        (MixtureTrainingConfig(**settings, drafter="d"), MixtureTrainer),
+        (DCOCOHeadTrainingConfig(**settings, drafter="d"), DCOCOHeadTrainer),
+        (DBLASTHeadTrainingConfig(**settings, drafter="d"), DBLASTHeadTrainer),
     ]
     assert [trainer_class(config) for config, _ in expected] == [cls for _, cls in expected]
     with pytest.raises(ValueError, match="specopd objective"):
@@ -422,4 +422,21 @@ def test_the_config_class_picks_the_trainer():
     assert "--objective specopd" in recipe_command(spec) and "--objective" not in recipe_command(
         DistillationConfig(**settings).for_objective()
     )
-    assert recipe_command(CorrectorTrainingConfig(**settings, drafter="d")).startswith("python scripts/train_corrector")
+    assert recipe_command(DCOCOHeadTrainingConfig(**settings, drafter="d")).startswith(
+        "python scripts/train_dcoco_head"
+    )
+
+
+def test_a_checkpoint_recorded_under_a_config_class_s_earlier_name_resumes():
+    """Head trainings' config classes were renamed (CorrectorTrainingConfig -> DCOCOHeadTrainingConfig, ...): a
+    checkpoint that recorded the earlier name is the same run; another class is still refused."""
+    from hf_specdec.training.checkpoint import argument_changes, run_arguments
+    from hf_specdec.training.config import DBLASTHeadTrainingConfig, DCOCOHeadTrainingConfig
+
+    for config, earlier in [
+        (DCOCOHeadTrainingConfig(target="t", drafter="d", output_dir="o"), "CorrectorTrainingConfig"),
+        (DBLASTHeadTrainingConfig(target="t", drafter="d", output_dir="o"), "MixtureTrainingConfig"),
+    ]:
+        recorded = {**run_arguments(config), "config_class": earlier}
+        assert argument_changes(recorded, config) == []
+        assert argument_changes({**recorded, "config_class": "DFlashConfig"}, config)

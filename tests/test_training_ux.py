@@ -28,9 +28,9 @@ from test_specopd import specopd_setup
 from test_training import tiny_setup
 
 from hf_specdec.training.config import (
-    CorrectorTrainingConfig,
+    DBLASTHeadTrainingConfig,
+    DCOCOHeadTrainingConfig,
     DistillationConfig,
-    MixtureTrainingConfig,
     argument_parser,
 )
 from hf_specdec.training.corpora import SHAREGPT_INSTALL
@@ -307,7 +307,7 @@ def test_negative_flags_have_their_own_help_and_the_resume_command_parses_back()
     assert "--no_resume, --no-resume start afresh even if output_dir/checkpoint holds a checkpoint" in text
     assert "--no_continue_prompts, --no-continue-prompts teacher-force the corpus' own texts" in text
     assert "--resume [RESUME] continue from output_dir/checkpoint" in text
-    for cls in (DistillationConfig, CorrectorTrainingConfig, MixtureTrainingConfig):
+    for cls in (DistillationConfig, DCOCOHeadTrainingConfig, DBLASTHeadTrainingConfig):
         negatable = {name for name, f in cls.__dataclass_fields__.items() if f.default is True}
         assert negatable <= set(cls.negative_help), cls  # every --no_ flag has a text of its own
 

@@ -30,6 +30,7 @@ from hf_specdec.hub.card import is_hub_id, read_benchmark
 from hf_specdec.hub.portable import Portable
 from hf_specdec.hub.publish import publish_drafter, resolve_target
 from hf_specdec.hub.record import smoothed, write_plot
+from hf_specdec.models.registry import capabilities_of
 
 LIMIT = 64 * 2**20  # bytes of model.safetensors (or the adapter) a shipped drafter may take
 ADAPTER_FILES = ("adapter_model.safetensors", "adapter_config.json")  # what an adapter-format drafter ships
@@ -78,7 +79,7 @@ def training_log(state: dict, data: dict, tokens: int, adjustments: list[str] = 
 def describe(drafter, size: int) -> str:
     """One line on what the shipped drafter is."""
     cfg = drafter.config
-    if hasattr(drafter, "save_adapter_folder"):  # an adapter over a base LM (PARD)
+    if capabilities_of(drafter).adapter_folders:  # an adapter over a base LM (PARD)
         return (
             f"PARD over `{cfg.base_model}` (LoRA adapter + mask token {cfg.mask_token_id}), block {cfg.block_size}, "
             f"draft vocabulary {cfg.draft_vocab_size}, adapter {size / 2**20:.1f} MiB"
@@ -119,7 +120,7 @@ def save_drafter(drafter: BlockDrafter, out: Path, decoding: dict | None, previo
         drafter.decoding = decoding
     elif config is not None and config.exists() and json.loads(config.read_text()).get("decoding"):
         drafter.decoding = json.loads(config.read_text())["decoding"]
-    if hasattr(drafter, "save_adapter_folder"):  # PARD: its config, draft vocabulary and the run's adapter files
+    if capabilities_of(drafter).adapter_folders:  # PARD: its config, draft vocabulary and the run's adapter files
         drafter.save_adapter_folder(out)
         for file in ADAPTER_FILES:
             shutil.copyfile(Path(drafter.name_or_path) / file, out / file)
@@ -204,7 +205,7 @@ def ship_drafter(
     drafter = load_drafter(source, dtype=torch.bfloat16)
     drafter.name_or_path = str(source)
     if draft_vocab_size is not None:  # the head scores the first N ids (BPE ids rank by frequency) and EOS
-        lm_config = drafter.lm.config if hasattr(drafter, "lm") else drafter.config
+        lm_config = drafter.lm.config if capabilities_of(drafter).own_embeddings else drafter.config
         eos = getattr(lm_config, "eos_token_id", None)
         extra = [eos] if isinstance(eos, int) else list(eos or [])
         drafter.set_draft_vocab(torch.cat([torch.arange(draft_vocab_size), torch.tensor(extra, dtype=torch.long)]))

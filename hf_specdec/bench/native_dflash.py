@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 
 from ..models.block_drafter import BlockDrafter
-from ..models.block_drafter.dflash_format import dflash_weight_names
+from ..models.formats.dflash import dflash_weight_names
 
 SPECULATION_TYPE = "dflash"
 _RENAMED = {"fc.weight": "encoder.fc.weight", "hidden_norm.weight": "encoder.output_norm_enc.weight"}

@@ -48,10 +48,10 @@ def tiny_pair() -> tuple[torch.nn.Module, BlockDrafter, torch.LongTensor, int]:
     return target, drafter, torch.randint(3, 250, (1, 24)), 64
 
 
-def real_pair(target_path: str, drafter_path: str) -> tuple[torch.nn.Module, BlockDrafter, torch.LongTensor, int]:
+def real_pair(target_path: str, drafter_path: str) -> tuple[torch.nn.Module, torch.nn.Module, torch.LongTensor, int]:
     """A saved target and drafter in bf16, a short code prompt, 24 new tokens."""
     target = AutoModelForCausalLM.from_pretrained(target_path, dtype=torch.bfloat16).eval()
-    drafter = BlockDrafter.from_pretrained(drafter_path, dtype=torch.bfloat16).eval()
+    drafter = hf_specdec.load_drafter(drafter_path, dtype=torch.bfloat16).eval()  # any base, any head
     prompt = AutoTokenizer.from_pretrained(target_path)(CODE_PROMPT, return_tensors="pt").input_ids
     return target, drafter, prompt, 24
 

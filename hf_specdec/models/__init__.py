@@ -1,7 +1,8 @@
 """Drafter bases and heads, one folder each, and what they share.
 
 `registry.py` is the one table of bases and heads; importing this package registers the two bases
-(`block_drafter`, `pard`) and the two heads (`heads/dcoco`, `heads/dblast`). `attach.py` puts any head on any base,
+(`block_drafter`, `pard`), the two heads (`heads/dcoco`, `heads/dblast`) and the readers of published layouts
+(`formats/`: z-lab's DFlash, mapped onto the block drafter). `attach.py` puts any head on any base,
 saves it alone and loads it back; `loading.py` loads any saved drafter (aliases of earlier saved formats
 included); `aliases.py` keeps the names a base with a head went by.
 """

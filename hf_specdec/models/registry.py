@@ -16,6 +16,9 @@ A head is a small module that reads a base's block states and proposes from them
 its shape), its module, its proposals (argmax chain, greedy tree, exact-q sampled tree), its policy, its card, and
 the attribute it lives under in the drafter (its weights' prefix). `models/attach.py` puts any head on any base.
 
+A published format is a checkpoint layout another project writes (z-lab's DFlash, ...): `models/formats/` holds a
+reader and a writer per format, each mapping onto a base (and head); `register_format` lets the base read it.
+
 Each base folder and each head folder makes ONE call, `register_base(...)` or `register_head(...)`, in its
 `__init__.py`. Every consumer reads this table: transformers' `AutoConfig` / `AutoModel` (registered by the call
 itself), `load_drafter`, the transformers seam and hf_specdec's decoding loop (`generator_class_for`), SpecOPD
@@ -29,6 +32,7 @@ gets its own generator and policy but leaves the Auto classes and `load_drafter`
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from torch import nn
@@ -118,9 +122,27 @@ class DrafterHead:
         return self.config_class(**fields)
 
 
+@dataclass(frozen=True)
+class PublishedFormat:
+    """A checkpoint layout another project publishes, read natively by a base (`models/formats/`, one module each).
+
+    recognises: whether a `config.json` (as a dict) is in this layout;
+    to_config: that dict as the base's config;
+    after_load: (model, path, hub kwargs) -> (whether it restored the draft vocabulary, the layout's tensors it read
+        itself): what the layout keeps its own way, put in place after the weights loaded.
+    """
+
+    name: str
+    base_model_type: str
+    recognises: Callable[[dict], bool]
+    to_config: Callable[[dict], PretrainedConfig]
+    after_load: Callable[[PreTrainedModel, object, dict], tuple[bool, set[str]]]
+
+
 _BY_CLASS: dict[type, DrafterKind] = {}
 _BY_MODEL_TYPE: dict[str, DrafterKind] = {}
 _HEADS: dict[str, DrafterHead] = {}
+_FORMATS: dict[str, PublishedFormat] = {}
 
 
 def register_base(
@@ -171,6 +193,20 @@ def register_head(head: DrafterHead) -> DrafterHead:
         raise TypeError(f"{head.config_class.__name__} must be a dataclass (the head's typed shape)")
     _HEADS[head.name] = head
     return head
+
+
+def register_format(published: PublishedFormat) -> PublishedFormat:
+    """Register a published layout: the base it names then reads such checkpoints in `from_pretrained`."""
+    _FORMATS[published.name] = published
+    return published
+
+
+def published_format(config: dict | None, base_model_type: str) -> PublishedFormat | None:
+    """The registered layout, read by the base saving `base_model_type`, that a `config.json` dict is in; None for
+    the base's own format."""
+    if not isinstance(config, dict):
+        return None
+    return next((f for f in _FORMATS.values() if f.base_model_type == base_model_type and f.recognises(config)), None)
 
 
 def kind_of(model: object) -> DrafterKind | None:
@@ -292,6 +328,7 @@ __all__ = [
     "DrafterKind",
     "HeadModule",
     "KindCard",
+    "PublishedFormat",
     "build_head",
     "capabilities_of",
     "card_for",
@@ -304,8 +341,10 @@ __all__ = [
     "kind_for_model_type",
     "kind_of",
     "policy_class_for",
+    "published_format",
     "register_base",
     "register_drafter_kind",
+    "register_format",
     "register_head",
     "registered_heads",
     "registered_kinds",

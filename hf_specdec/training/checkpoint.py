@@ -84,9 +84,19 @@ def run_arguments(config) -> dict:
     return {"config_class": type(config).__name__, **json.loads(json.dumps(asdict(config)))}
 
 
+RENAMED_CONFIG_CLASSES = {  # a name checkpoints recorded -> the class's name now
+    "CorrectorTrainingConfig": "DCOCOHeadTrainingConfig",
+    "MixtureTrainingConfig": "DBLASTHeadTrainingConfig",
+}
+
+
 def argument_changes(recorded: dict, config) -> list[str]:
     """The arguments of `config` that differ from those `recorded` with a checkpoint and would change the result
-    (`MAY_CHANGE_ON_RESUME` lists the ones that may change), as 'name: recorded -> now' lines."""
+    (`MAY_CHANGE_ON_RESUME` lists the ones that may change), as 'name: recorded -> now' lines. A config class
+    recorded under the name it had before (`RENAMED_CONFIG_CLASSES`) is the same class."""
+    recorded = {**recorded}
+    if "config_class" in recorded:
+        recorded["config_class"] = RENAMED_CONFIG_CLASSES.get(recorded["config_class"], recorded["config_class"])
     now = run_arguments(config)
     defaults = {f.name: f.default for f in fields(config) if f.default is not MISSING}
     changes = []

@@ -175,10 +175,10 @@ class DrafterTrainingConfig:
 
 
 @dataclass
-class CorrectorTrainingConfig(DrafterTrainingConfig):
-    """Training of a DCOCO corrector on top of a trained block drafter (`drafter` is required)."""
+class DCOCOHeadTrainingConfig(DrafterTrainingConfig):
+    """Training of a DCOCO head on a trained drafter of any base (`drafter` is required)."""
 
-    script: ClassVar[str] = "scripts/train_corrector.py"
+    script: ClassVar[str] = "scripts/train_dcoco_head.py"
     corrector_candidates: int = field(default=16, metadata={"help": "K: candidates kept per drafted slot"})
     joint: bool = field(default=False, metadata={"help": "also train the backbone (default: corrector only)"})
 
@@ -191,10 +191,10 @@ class CorrectorTrainingConfig(DrafterTrainingConfig):
 
 
 @dataclass
-class MixtureTrainingConfig(DrafterTrainingConfig):
-    """Training of a DBLAST mixture head on top of a trained block drafter (`drafter` is required)."""
+class DBLASTHeadTrainingConfig(DrafterTrainingConfig):
+    """Training of a DBLAST head on a trained drafter of any base (`drafter` is required)."""
 
-    script: ClassVar[str] = "scripts/train_mixture.py"
+    script: ClassVar[str] = "scripts/train_dblast_head.py"
     mixture_components: int = field(default=8, metadata={"help": "R: latent components"})
     mixture_rank: int = field(default=64, metadata={"help": "r: rank of each component's logit offset"})
     temperature: float = field(default=1.0, metadata={"help": "sampling temperature the head is trained for"})
@@ -335,13 +335,18 @@ def argument_parser(config_class: type[DrafterTrainingConfig], description: str 
     return parser
 
 
+CorrectorTrainingConfig = DCOCOHeadTrainingConfig  # the names earlier releases used
+MixtureTrainingConfig = DBLASTHeadTrainingConfig
+
 __all__ = [
     "OBJECTIVES",
     "CorrectorTrainingConfig",
+    "MixtureTrainingConfig",
+    "DCOCOHeadTrainingConfig",
     "DFlashConfig",
     "DistillationConfig",
     "DrafterTrainingConfig",
-    "MixtureTrainingConfig",
+    "DBLASTHeadTrainingConfig",
     "PardTrainingConfig",
     "SequentialOPDConfig",
     "SpecOPDConfig",

@@ -19,7 +19,7 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
 from ..models.heads.dblast.mixture import component_log_q, mixture_conditionals
-from .config import MixtureTrainingConfig
+from .config import DBLASTHeadTrainingConfig
 from .data import TrainingSequence
 from .losses import expected_verified_length_loss, mixture_nll
 from .sequences import data_folder
@@ -51,16 +51,16 @@ def cache_target_probs(
 class DBLASTHeadTrainer(DrafterTrainer):
     """`DrafterTrainer` with the DBLAST head's loss; only the head is trained."""
 
-    objective = "dblast_mixture"
+    objective = "dblast_head"
     supervised_key = "supervised_slots"
 
     @classmethod
-    def build_drafter(cls, config: MixtureTrainingConfig, target: PreTrainedModel) -> PreTrainedModel:
+    def build_drafter(cls, config: DBLASTHeadTrainingConfig, target: PreTrainedModel) -> PreTrainedModel:
         shape = {"mixture_components": config.mixture_components, "mixture_rank": config.mixture_rank}
         return load_with_head(config, "dblast", **shape).to(target.device)
 
     @classmethod
-    def for_run(cls, config: MixtureTrainingConfig, target, drafter, sequences) -> DBLASTHeadTrainer:
+    def for_run(cls, config: DBLASTHeadTrainingConfig, target, drafter, sequences) -> DBLASTHeadTrainer:
         """The trainer, with the target's top-m probabilities cached next to the sequences' features."""
         folder = data_folder(config) / f"p-T{config.temperature:g}-m{config.top_m}"
         probs = cache_target_probs(target, sequences, folder, config.temperature, config.top_m)

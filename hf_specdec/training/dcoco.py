@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from transformers import PreTrainedModel
 
-from .config import CorrectorTrainingConfig
+from .config import DCOCOHeadTrainingConfig
 from .data import TrainingSequence
 from .losses import dcoco_selection_loss, position_weights
 from .trainer import DrafterTrainer, load_with_head
@@ -21,16 +21,16 @@ from .trainer import DrafterTrainer, load_with_head
 class DCOCOHeadTrainer(DrafterTrainer):
     """`DrafterTrainer` with the DCOCO head's loss; the base is frozen unless `config.joint`."""
 
-    objective = "dcoco_corrector"
+    objective = "dcoco_head"
     supervised_key = "supervised_slots"
 
     @classmethod
-    def build_drafter(cls, config: CorrectorTrainingConfig, target: PreTrainedModel) -> PreTrainedModel:
+    def build_drafter(cls, config: DCOCOHeadTrainingConfig, target: PreTrainedModel) -> PreTrainedModel:
         return load_with_head(config, "dcoco", corrector_candidates=config.corrector_candidates).to(target.device)
 
     def __init__(
         self,
-        config: CorrectorTrainingConfig,
+        config: DCOCOHeadTrainingConfig,
         target: PreTrainedModel,
         drafter: PreTrainedModel,
         sequences: list[TrainingSequence],

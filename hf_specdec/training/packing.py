@@ -1,16 +1,14 @@
-"""Multi-anchor packing of training blocks (DFlash training recipe, docs/block_drafter.md section 3).
-
-For one sequence of T tokens with target features for every row, n anchors a_1..a_n each form a block
-`[x_a, MASK x (K-1)]` at positions a..a+K-1 whose slot k is labelled x_{a+k}. All blocks go through the drafter in
-one pass: keys/values are `[context (T rows) | block_1 | ... | block_n]`, queries are the blocks only, and a query
-of block b sees the context rows strictly before a_b plus every position of its own block (bidirectionally).
-"""
+"""Training blocks of one sequence: random anchors, and each anchor's block `[x_a, MASK x (K-1)]` with slot k labelled
+x_{a+k} (DFlash training recipe, docs/block_drafter.md section 3). How a base runs its blocks is the base's
+(`anchor_states`; the block drafter's packed layout: `models/block_drafter/packing.py`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import torch
+
+from ..models.block_drafter.packing import block_attention_mask, block_inputs
 
 
 @dataclass
@@ -35,17 +33,6 @@ def sample_anchors(
     return candidates[pick].sort().values
 
 
-def block_attention_mask(anchors: torch.LongTensor, num_tokens: int, block_size: int, dtype) -> torch.Tensor:
-    """(1, 1, n*K, T + n*K) additive mask: block b sees context rows < a_b and its own block."""
-    n, K = len(anchors), block_size
-    block_of_row = torch.arange(n).repeat_interleave(K)  # (n*K,)
-    sees_context = torch.arange(num_tokens)[None, :] < anchors[block_of_row][:, None]  # (n*K, T)
-    sees_block = block_of_row[:, None] == block_of_row[None, :]  # (n*K, n*K)
-    allowed = torch.cat([sees_context, sees_block], dim=1)
-    mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
-    return mask[None, None]
-
-
 def pack_blocks(
     ids: torch.LongTensor,
     anchors: torch.LongTensor,
@@ -62,15 +49,12 @@ def pack_blocks(
     """
     T, K = ids.shape[0], block_size
     source = ids if next_tokens is None else torch.cat([ids[:1], next_tokens[:-1]])  # source[p]: label at p
-    offsets = torch.arange(K)
-    pos = anchors[:, None] + offsets[None, :]  # (n, K)
-    block_ids = torch.full(pos.shape, mask_token_id, dtype=torch.long)
-    block_ids[:, 0] = ids[anchors]
+    pos = anchors[:, None] + torch.arange(K)[None, :]  # (n, K)
     labels = torch.where(pos < T, source[pos.clamp(max=T - 1)], torch.full_like(pos, -100))
     labels[pos < loss_start] = -100
     labels[:, 0] = -100
-    positions = torch.cat([torch.arange(T), pos.reshape(-1)])
-    return PackedBlocks(block_ids.reshape(-1), positions, labels, block_attention_mask(anchors, T, K, dtype))
+    block_ids, positions = block_inputs(ids, anchors, K, mask_token_id)
+    return PackedBlocks(block_ids, positions, labels, block_attention_mask(anchors, T, K, dtype))
 
 
 __all__ = ["PackedBlocks", "block_attention_mask", "pack_blocks", "sample_anchors"]

@@ -19,10 +19,10 @@ from transformers import AutoModelForCausalLM, PreTrainedModel
 from ..models.base_models import missing_base_hint, resolve_base_model
 from ..models.loading import load_drafter
 from ..models.pard import PardDrafter
+from ..models.pard.layout import PardLayout, conditional_drop_layout, layout_features
 from .checkpoint import TrainableOnly, find_checkpoint, load_checkpoint, save_checkpoint
 from .config import PardTrainingConfig
 from .data import TrainingSequence
-from .pard_layout import PardLayout, conditional_drop_layout, layout_features
 from .trainer import DrafterTrainer
 
 
@@ -96,7 +96,7 @@ class PardTrainer(DrafterTrainer):
             return None
         if float(torch.rand((), generator=rng)) < self.config.feature_dropout:
             return None
-        return layout_features(seq, layout).to(self.device, self.drafter.dtype)[None]
+        return layout_features(seq.features, layout).to(self.device, self.drafter.dtype)[None]
 
     # LoRA on a 0.5B model: checkpoints hold the trainable tensors only (megabytes, not gigabytes)
     def resume(self) -> bool:

@@ -6,8 +6,9 @@ never the tokens drafted at earlier slots: its q is prefix-independent, exactly 
 (`BlockPolicy`, registered with the kind). SpecOPD's step is unchanged (`SpecOPDTrainer.sequence_loss`); what is
 PARD's is the drafter around it:
 - its states at the trunk's anchors come from one packed pass over the real tokens and each anchor's masks
-  (`pard_layout.block_states`, with gradients), the states decoding reads;
-- it scores with its own LM head (`PardDrafter.head_weight`), the live one when full fine-tuning trains it;
+  (`PardDrafter.anchor_states`, with gradients), the states decoding reads;
+- it scores with its own LM head (`PardDrafter.head_weight`), the live one when full fine-tuning trains it
+  (`DrafterTrainer.slot_logits`, for any base with its own embeddings);
 - it is loaded, continued and saved as `PardTrainer` does it: a PARD adapter folder named by `--drafter` is trained
   on (not stacked under a second adapter, which its config could not load), and the run's adapter folder loads
   as the drafter.
@@ -17,8 +18,6 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-import torch
-import torch.nn.functional as F
 from transformers import PreTrainedModel
 
 from ..models.loading import saved_kind
@@ -51,17 +50,9 @@ class PardSpecOPDTrainer(SpecOPDTrainer, PardTrainer):
                 f"--drafter {config.drafter} is a PardDrafter with a {head.name} head, a head on a PARD drafter: "
                 "SpecOPD trains "
                 "the PARD drafter itself. Pass the PARD drafter the head sits on (its config's `backbone`), or train "
-                "the head with scripts/train_corrector.py or scripts/train_mixture.py"
+                "the head with scripts/train_dcoco_head.py or scripts/train_dblast_head.py"
             )
         return drafter
-
-    def slot_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """(…, Vd) scores of (…, H) slot states with the drafter's own head: the rows selected once while the head is
-        frozen (LoRA), the head as it is now when full fine-tuning trains it."""
-        if not self.drafter.get_output_embeddings().weight.requires_grad:
-            return super().slot_logits(hidden)
-        weight = self.drafter.head_weight()  # (Vd, H), part of the graph
-        return F.linear(hidden.to(weight.dtype), weight)
 
 
 __all__ = ["PardSpecOPDTrainer", "names_a_pard_drafter"]

@@ -1,4 +1,5 @@
-"""The one training entry, `run(config)`, used by scripts/train_drafter.py, train_corrector.py and train_mixture.py.
+"""The one training entry, `run(config)`, used by scripts/train_drafter.py, train_dcoco_head.py and
+train_dblast_head.py.
 
 The config's class is the objective and picks the trainer (`TRAINERS`); the run is the same for all of them:
 frozen target, drafter, cached training sequences (draft vocabulary and LoRA adapters when asked), trainer,
@@ -17,10 +18,10 @@ from accelerate import PartialState
 from .checkpoint import find_checkpoint
 from .commands import resume_command
 from .config import (
-    CorrectorTrainingConfig,
+    DBLASTHeadTrainingConfig,
+    DCOCOHeadTrainingConfig,
     DFlashConfig,
     DrafterTrainingConfig,
-    MixtureTrainingConfig,
     PardTrainingConfig,
     SequentialOPDConfig,
     SpecOPDConfig,
@@ -45,8 +46,8 @@ TRAINERS: dict[type[DrafterTrainingConfig], type[DrafterTrainer]] = {
     DFlashConfig: DrafterTrainer,
     SpecOPDConfig: SpecOPDTrainer,
     SequentialOPDConfig: SequentialOPDTrainer,
-    CorrectorTrainingConfig: DCOCOHeadTrainer,
-    MixtureTrainingConfig: DBLASTHeadTrainer,
+    DCOCOHeadTrainingConfig: DCOCOHeadTrainer,
+    DBLASTHeadTrainingConfig: DBLASTHeadTrainer,
     PardTrainingConfig: PardTrainer,
 }
 

@@ -39,7 +39,6 @@ from .data import TrainingSequence
 from .interrupts import StopAtStepEnd, TrainingInterrupted
 from .losses import default_gamma, dflash_decayed_cross_entropy
 from .packing import pack_blocks, sample_anchors
-from .pard_layout import block_states
 
 logger = logging.getLogger(__name__)
 
@@ -168,27 +167,20 @@ class DrafterTrainer:
 
     def packed_pass(self, seq: TrainingSequence, rng: torch.Generator):
         """Random anchors of one sequence, their packed blocks (labels, anchor ids), and the drafter's (n, K, H)
-        states of them: a block drafter's slots, or for a base with its own embeddings (a causal LM drafting with
-        masks: PARD) what a head reads (`pard_layout.block_states`)."""
+        states of them: what its base gives a head at each anchor (`anchor_states`, a base method)."""
         K, T = self.drafter.config.block_size, seq.ids.shape[0]
         anchors = sample_anchors(T, seq.loss_start, K, self.config.anchors_per_sequence, rng)
-        dtype, dev = self.drafter.dtype, self.device
         packed = pack_blocks(
-            seq.ids, anchors, K, self.drafter.config.mask_token_id, seq.loss_start, dtype, seq.next_tokens
+            seq.ids, anchors, K, self.drafter.config.mask_token_id, seq.loss_start, self.drafter.dtype, seq.next_tokens
         )
-        if self.capabilities.own_embeddings:
-            return anchors, packed, block_states(self.drafter, seq, anchors, dev)
-        noise = self.embed(packed.block_ids.to(self.embed.weight.device)).to(dev, dtype)[None]  # (1, n*K, H)
-        hidden = self.drafter(
-            noise_embeds=noise,
-            target_features=seq.features.to(dev, dtype)[None],  # (1, T, L*H)
-            position_ids=packed.positions.to(dev)[None],
-            attention_mask=packed.attention_mask.to(dev),
-        ).last_hidden_state[0]  # (n*K, H)
-        return anchors, packed, hidden.view(len(anchors), K, -1)
+        return anchors, packed, self.drafter.anchor_states(seq.ids, seq.features, anchors, self.embed)
 
     def slot_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """(…, Vd) the drafter's scores of (…, H) slot states: the head rows it scores, selected once (frozen)."""
+        """(…, Vd) the drafter's scores of (…, H) slot states: the head rows it scores, selected once while they are
+        frozen; a base with its own LM head whose head trains (full fine-tuning) scores with it as it is now."""
+        if self.capabilities.own_embeddings and self.drafter.get_output_embeddings().weight.requires_grad:
+            weight = self.drafter.head_weight()  # (Vd, H), part of the graph
+            return F.linear(hidden.to(weight.dtype), weight)
         return F.linear(hidden.to(self.head_weight.dtype), self.head_weight)
 
     def sequence_loss(self, seq: TrainingSequence, rng: torch.Generator) -> tuple[torch.Tensor, int]:

@@ -8,7 +8,8 @@ itself (bidirectionally). The drafter owns no embedding table and no LM head: it
 embeddings and scores with the target's LM head, so its checkpoint holds only its own layers.
 
 Weight names follow the published z-lab DFlash layout (`fc`, `hidden_norm`, `layers.N.self_attn.{q,k,v,o}_proj`,
-`q_norm`, `k_norm`, `mlp`, `norm`), so those checkpoints load without conversion of tensors.
+`q_norm`, `k_norm`, `mlp`, `norm`), so those checkpoints load without conversion of tensors (the config is
+translated by `models/formats/dflash.py`, registered as a published format of this base).
 
 Shapes: B batch, S block length (anchor included), C new context rows, P = C + S positions, H hidden,
 L tapped target layers, h heads, d head dim.
@@ -16,6 +17,7 @@ L tapped target layers, h heads, d head dim.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 import torch
@@ -32,10 +34,11 @@ from transformers.models.qwen3.modeling_qwen3 import (
 )
 
 from ..attach import is_head_folder, load_head_folder
-from ..registry import build_head
+from ..checkpoints import load_checked, read_config_dict
+from ..registry import build_head, published_format
 from ..settings import SavedDecoding
 from .configuration_block_drafter import BlockDrafterConfig
-from .dflash_format import config_from_dflash_checkpoint, load_checked
+from .packing import block_attention_mask, block_inputs
 
 
 class DraftContextCache:
@@ -212,6 +215,23 @@ class BlockDrafter(SavedDecoding, BlockDrafterPreTrainedModel):
             hidden = layer(hidden, context, position_embeddings, attention_mask, cache)
         return BaseModelOutputWithPast(last_hidden_state=self.norm(hidden))
 
+    def anchor_states(
+        self, ids: torch.LongTensor, features: torch.Tensor, anchors: torch.LongTensor, embed: nn.Module
+    ) -> torch.Tensor:
+        """(n, K, H) the drafter's states of each anchor's block of one training sequence, all blocks in one packed
+        pass (`packing.py`): `ids` (T,) the sequence, `features` (T, L*H) its target features, `anchors` (n,),
+        `embed` the target's input embeddings."""
+        K, T, device = self.config.block_size, ids.shape[0], self.device
+        block_ids, positions = block_inputs(ids, anchors, K, self.config.mask_token_id)  # (n*K,), (T + n*K,)
+        noise = embed(block_ids.to(embed.weight.device)).to(device, self.dtype)[None]  # (1, n*K, H)
+        hidden = self(
+            noise_embeds=noise,
+            target_features=features.to(device, self.dtype)[None],  # (1, T, L*H)
+            position_ids=positions.to(device)[None],
+            attention_mask=block_attention_mask(anchors, T, K, self.dtype).to(device),
+        ).last_hidden_state[0]  # (n*K, H)
+        return hidden.view(len(anchors), K, -1)
+
     @classmethod
     def for_target(cls, target: PreTrainedModel, *, mask_token_id: int | None = None, **config_kwargs) -> BlockDrafter:
         """A freshly initialised drafter shaped for `target` (see `BlockDrafterConfig.for_target`).
@@ -227,15 +247,20 @@ class BlockDrafter(SavedDecoding, BlockDrafterPreTrainedModel):
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
-        """Load our format or the published DFlash layout (config with `dflash_config`), without remote code; a
-        folder holding a head alone loads the drafter it names with the head on top."""
+        """Load our format or a published layout a format module reads into this base (z-lab's DFlash: a config with
+        `dflash_config`, `models/formats/dflash.py`), without remote code; a folder holding a head alone loads the
+        drafter it names with the head on top."""
         if is_head_folder(pretrained_model_name_or_path):
             return load_head_folder(pretrained_model_name_or_path, kwargs.get("dtype"), kwargs.get("device_map"))
-        if kwargs.get("config") is None:
-            dflash_config = config_from_dflash_checkpoint(pretrained_model_name_or_path, **_hub_kwargs(kwargs))
-            if dflash_config is not None:
-                kwargs["config"] = dflash_config
-        return load_checked(super().from_pretrained, pretrained_model_name_or_path, *args, **kwargs)
+        raw = None
+        if isinstance(pretrained_model_name_or_path, (str, os.PathLike)):
+            raw = read_config_dict(pretrained_model_name_or_path, **_hub_kwargs(kwargs))
+        published = published_format(raw, cls.config_class.model_type)
+        if published is not None and kwargs.get("config") is None:
+            kwargs["config"] = published.to_config(raw)
+        return load_checked(
+            super().from_pretrained, pretrained_model_name_or_path, *args, published=published, **kwargs
+        )
 
 
 def default_mask_token_id(target: PreTrainedModel) -> int:

@@ -26,6 +26,7 @@ from ..base_models import missing_base_hint, resolve_base_model
 from ..registry import build_head
 from ..settings import SavedDecoding
 from .configuration_pard import PardConfig
+from .layout import block_layout, layout_features
 
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 DRAFT_VOCAB = "draft_vocab.safetensors"  # beside an adapter: the ids the head scores
@@ -202,6 +203,30 @@ class PardDrafter(SavedDecoding, PreTrainedModel):
         """Whether `path` is a folder that holds a LoRA adapter and no full weights (loaded as base + adapter)."""
         folder = Path(path)
         return folder.is_dir() and (folder / ADAPTER_WEIGHTS).is_file() and not any(folder.glob("model*.safetensors"))
+
+    def anchor_states(
+        self, ids: torch.LongTensor, features: torch.Tensor | None, anchors: torch.LongTensor, embed: nn.Module
+    ) -> torch.Tensor:
+        """(n, K, H) what a head reads at each anchor's block of one training sequence, as
+        `PardCandidateGenerator.block_states` gives it in decoding: the anchor's state (its output) and, for slot
+        s = 1..K-1, the output that predicts it (the anchor's for slot 1, mask s-1's after). One packed pass over
+        `block_layout` (`ids` (T,) the sequence, `features` (T, L*H) its target features, `anchors` (n,); `embed` is
+        unused: the LM embeds with its own table)."""
+        K, T, n, device = self.config.block_size, ids.shape[0], len(anchors), self.device
+        layout = block_layout(T, anchors, K)
+        fed = layout.input_ids(ids, self.config.mask_token_id).to(device)[None]  # (1, N)
+        injected = None
+        if self.feature_proj is not None:
+            injected = layout_features(features, layout).to(device, self.dtype)[None]  # (1, N, L*H)
+        hidden = self(
+            fed,
+            position_ids=layout.slot.to(device)[None],
+            attention_mask=layout.additive_mask(device, self.dtype),
+            features=injected,
+        ).last_hidden_state[0]  # (N, H)
+        at_anchor = hidden[anchors.to(device)][:, None]  # (n, 1, H)
+        masks = hidden[T:].view(n, K - 2, -1)  # (n, K-2, H) depths 1..K-2
+        return torch.cat([at_anchor, at_anchor, masks], dim=1)  # (n, K, H)
 
     def save_adapter_folder(self, folder: str | Path) -> None:
         """What an adapter folder holds besides peft's adapter files: this kind's config and the draft vocabulary."""

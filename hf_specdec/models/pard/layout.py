@@ -6,7 +6,7 @@ depths 1..d. Two layouts:
 - `conditional_drop_layout` (training the drafter): per depth a random share of the slots, each copy's chain of
   earlier masks kept;
 - `block_layout` (training a head on a frozen drafter): every copy a chosen anchor's block needs, so that
-  `block_states` gives each anchor's block as the decoding loop sees it.
+  `PardDrafter.anchor_states` gives each anchor's block as the decoding loop sees it.
 """
 
 from __future__ import annotations
@@ -14,8 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-
-from .data import TrainingSequence
 
 
 @dataclass
@@ -79,32 +77,11 @@ def block_layout(length: int, anchors: torch.LongTensor, block_size: int) -> Par
     return PardLayout(depth=depth, slot=slot, anchor=slot - depth)
 
 
-def layout_features(seq: TrainingSequence, layout: PardLayout) -> torch.Tensor:
-    """(N, L*H) the injected target features of each element: those of the token before its input (masks: the
-    anchor's, as in decoding), zeros before the first token."""
-    feats = torch.cat([seq.features.new_zeros(1, seq.features.shape[1]), seq.features[:-1]])  # (T, L*H)
+def layout_features(features: torch.Tensor, layout: PardLayout) -> torch.Tensor:
+    """(N, L*H) the injected target features of each element, from a sequence's (T, L*H) `features`: those of the
+    token before its input (masks: the anchor's, as in decoding), zeros before the first token."""
+    feats = torch.cat([features.new_zeros(1, features.shape[1]), features[:-1]])  # (T, L*H)
     return feats[torch.where(layout.depth == 0, layout.slot, layout.anchor)]
 
 
-def block_states(drafter, seq: TrainingSequence, anchors: torch.LongTensor, device) -> torch.Tensor:
-    """(n, K, H) what a head reads at each anchor's block, as `PardCandidateGenerator.block_states` gives it in
-    decoding: the anchor's state (its output) and, for slot s = 1..K-1, the output that predicts it (the anchor's
-    for slot 1, mask s-1's after). One packed pass of `drafter` (a `PardDrafter`) over `block_layout`."""
-    K, T, n = drafter.config.block_size, seq.ids.shape[0], len(anchors)
-    layout = block_layout(T, anchors, K)
-    ids = layout.input_ids(seq.ids, drafter.config.mask_token_id).to(device)[None]  # (1, N)
-    features = None
-    if drafter.feature_proj is not None:
-        features = layout_features(seq, layout).to(device, drafter.dtype)[None]  # (1, N, L*H)
-    hidden = drafter(
-        ids,
-        position_ids=layout.slot.to(device)[None],
-        attention_mask=layout.additive_mask(device, drafter.dtype),
-        features=features,
-    ).last_hidden_state[0]  # (N, H)
-    at_anchor = hidden[anchors.to(device)][:, None]  # (n, 1, H)
-    masks = hidden[T:].view(n, K - 2, -1)  # (n, K-2, H) depths 1..K-2
-    return torch.cat([at_anchor, at_anchor, masks], dim=1)  # (n, K, H)
-
-
-__all__ = ["PardLayout", "block_layout", "block_states", "conditional_drop_layout", "layout_features"]
+__all__ = ["PardLayout", "block_layout", "conditional_drop_layout", "layout_features"]

@@ -1,5 +1,4 @@
-"""The published DFlash checkpoint layout (z-lab): reading it into a `BlockDrafter`, writing a drafter out in it,
-and guarding checkpoint loads.
+"""The published DFlash checkpoint layout (z-lab): reading it into a `BlockDrafter` and writing a drafter out in it.
 
 A z-lab DFlash checkpoint is a Qwen3-style `config.json` (`"architectures": ["DFlashDraftModel"]`) with
 `block_size`, `num_target_layers` and a `dflash_config` holding `mask_token_id` and `target_layer_ids`, plus
@@ -33,17 +32,18 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError, safe_open
+from safetensors import safe_open
 from safetensors.torch import save_file
 from transformers import PreTrainedModel
 from transformers.utils import cached_file
 
+from ..block_drafter.configuration_block_drafter import BlockDrafterConfig
+from ..checkpoints import read_config_dict
+from ..registry import PublishedFormat, register_format
 from ..target_features import check_drafter_matches_target
-from .configuration_block_drafter import BlockDrafterConfig
 
 logger = logging.getLogger(__name__)
 
@@ -116,24 +116,25 @@ def _has_draft_vocab(config: dict) -> bool:
 
 def config_from_dflash_checkpoint(path: str | os.PathLike, **hub_kwargs) -> BlockDrafterConfig | None:
     """The translated config if `path` holds a DFlash-layout checkpoint, else None (our own format)."""
-    config = _read_config(path, **hub_kwargs)
+    config = read_config_dict(path, **hub_kwargs)
     return block_drafter_config_from_dflash(config) if config is not None and is_dflash_config(config) else None
 
 
-def _read_config(path: str | os.PathLike, **hub_kwargs) -> dict | None:
-    config_file = cached_file(str(path), "config.json", _raise_exceptions_for_missing_entries=False, **hub_kwargs)
-    if config_file is None:
-        return None
-    with open(config_file, encoding="utf-8") as f:
-        try:
-            return json.load(f)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{config_file} is not valid JSON ({err}); re-save or re-download the drafter.") from err
+def restore_after_load(model, path, hub: dict) -> tuple[bool, set[str]]:
+    """After the weights of a DFlash checkpoint loaded: its reduced vocabulary (kept as `d2t` offsets) restored into
+    `draft_vocab`; (whether it was, the layout's vocabulary maps: read here, no place of the drafter's)."""
+    restored = False
+    if getattr(model.config, "draft_vocab_size", None) is not None:
+        ids = draft_vocab_from_dflash_checkpoint(path, **hub)
+        if ids is not None:
+            model.draft_vocab = ids.to(model.fc.weight.device)
+            restored = True
+    return restored, set(_DFLASH_VOCAB_MAPS)
 
 
 def draft_vocab_from_dflash_checkpoint(path: str | os.PathLike, **hub_kwargs) -> torch.LongTensor | None:
     """(Vd,) target ids of a DFlash checkpoint's reduced vocabulary (from its `d2t`), or None when it has none."""
-    config = _read_config(path, **hub_kwargs)
+    config = read_config_dict(path, **hub_kwargs)
     if config is None or not is_dflash_config(config) or not _has_draft_vocab(config):
         return None
     weights = cached_file(str(path), "model.safetensors", _raise_exceptions_for_missing_entries=False, **hub_kwargs)
@@ -144,103 +145,6 @@ def draft_vocab_from_dflash_checkpoint(path: str | os.PathLike, **hub_kwargs) ->
             raise ValueError(f"{path!s} sets draft_vocab_size but has no `d2t` tensor mapping draft to target ids.")
         d2t = f.get_tensor("d2t").long()  # (Vd,) offsets: target id = draft id + d2t[draft id]
     return torch.arange(len(d2t)) + d2t
-
-
-def load_checked(load: Callable, path, *args, **kwargs):
-    """Call a `from_pretrained` with safetensors only, and refuse what would load silently wrong.
-
-    A damaged weight file, a tensor the drafter expects but the checkpoint lacks (transformers would fill it with
-    random values), a tensor the drafter has no place for, and a draft vocabulary that is missing or outside the
-    target's vocabulary all raise a ValueError that names them. A DFlash-layout checkpoint with a reduced vocabulary
-    keeps it as `d2t` offsets, not as our `draft_vocab` buffer; it is restored from there after loading.
-    """
-    kwargs.setdefault("use_safetensors", True)
-    wants_info = kwargs.pop("output_loading_info", False)
-    try:
-        model, info = load(path, *args, output_loading_info=True, **kwargs)
-    except (SafetensorError, OSError, ValueError, RuntimeError) as err:
-        text = str(err)
-        if isinstance(err, SafetensorError) or "deserializ" in text.lower() or "header" in text.lower():
-            first_line = text.splitlines()[0] if text else type(err).__name__
-            raise ValueError(
-                f"the drafter checkpoint at {path!s} could not be read: its safetensors file is corrupt or "
-                f"truncated ({first_line}). Re-download it or save it again with `save_pretrained`."
-            ) from err
-        raise
-    hub = {k: kwargs[k] for k in ("revision", "cache_dir", "token", "local_files_only", "subfolder") if k in kwargs}
-    config = _read_config(path, **hub) if isinstance(path, (str, os.PathLike)) else None
-    dflash = config is not None and is_dflash_config(config)
-    restored = False
-    if dflash and getattr(model.config, "draft_vocab_size", None) is not None:
-        ids = draft_vocab_from_dflash_checkpoint(path, **hub)
-        if ids is not None:
-            model.draft_vocab = ids.to(model.fc.weight.device)
-            restored = True
-    check_loaded_tensors(model, info, path, dflash_layout=dflash, draft_vocab_restored=restored)
-    check_draft_vocab(model, path)
-    return (model, info) if wants_info else model
-
-
-def check_loaded_tensors(model, info: dict, path, dflash_layout: bool = False, draft_vocab_restored: bool = False):
-    """Raise ValueError when the checkpoint lacks tensors the drafter expects (they would be random) or holds
-    tensors it has no place for. `info` is `from_pretrained(..., output_loading_info=True)`'s report."""
-    missing = set(info.get("missing_keys", ()))
-    reshaped = {key[0] for key in info.get("mismatched_keys", ())}  # only with ignore_mismatched_sizes=True
-    unexpected = set(info.get("unexpected_keys", ()))
-    if dflash_layout:  # the layout's reduced-vocabulary maps: read by `draft_vocab_from_dflash_checkpoint`
-        unexpected -= set(_DFLASH_VOCAB_MAPS)
-    if draft_vocab_restored:
-        missing.discard("draft_vocab")
-    if "draft_vocab" in missing:
-        raise ValueError(
-            f"the drafter checkpoint at {path!s} sets draft_vocab_size={model.config.draft_vocab_size} but has no "
-            "`draft_vocab` tensor (the target ids it scores). Save the drafter again with `save_pretrained`, or "
-            "remove draft_vocab_size from its config.json to draft over the whole vocabulary."
-        )
-    if missing:
-        raise ValueError(
-            f"the drafter checkpoint at {path!s} lacks {len(missing)} tensor(s) {type(model).__name__} needs: "
-            f"{_listed(missing)}. Loading would fill them with random values. Check that the folder holds the whole "
-            "drafter (all weight shards) and that its config.json names the right kind, or save it again."
-        )
-    if reshaped:
-        raise ValueError(
-            f"the drafter checkpoint at {path!s} has {len(reshaped)} tensor(s) of another shape than "
-            f"{type(model).__name__} needs: {_listed(reshaped)}. Loading would fill them with random values. Load it "
-            "with the config it was saved with (without ignore_mismatched_sizes)."
-        )
-    if unexpected:
-        raise ValueError(
-            f"the drafter checkpoint at {path!s} holds {len(unexpected)} tensor(s) {type(model).__name__} has no "
-            f"place for: {_listed(unexpected)}. It was saved by another drafter kind or shape; load it with "
-            "`hf_specdec.load_drafter(path)`, which picks the class its config.json names."
-        )
-
-
-def check_draft_vocab(model, path) -> None:
-    """Raise ValueError unless a drafter with `draft_vocab_size` holds that many target ids, all in the vocabulary."""
-    size = getattr(model.config, "draft_vocab_size", None)
-    ids = getattr(model, "draft_vocab", None)
-    if size is None or ids is None:
-        return
-    vocab = getattr(model.config, "vocab_size", None)
-    problem = None
-    if ids.dtype.is_floating_point or ids.dim() != 1 or len(ids) != size:
-        problem = f"it is a {ids.dtype} tensor of shape {tuple(ids.shape)}, not {size} integer token ids"
-    elif len(ids) and int(ids.min()) < 0:
-        problem = f"it holds negative ids (smallest {int(ids.min())})"
-    elif len(ids) and vocab is not None and int(ids.max()) >= vocab:
-        problem = f"it holds ids up to {int(ids.max())}, outside the target's vocabulary of {vocab}"
-    if problem:
-        raise ValueError(
-            f"the draft vocabulary of the drafter at {path!s} is unusable: {problem}. Save the drafter again with "
-            "`set_draft_vocab(token_ids)` and `save_pretrained`, or remove draft_vocab_size from its config."
-        )
-
-
-def _listed(names: set[str], shown: int = 8) -> str:
-    names = sorted(names)
-    return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
 
 
 def dflash_weight_names(config: BlockDrafterConfig) -> list[str]:
@@ -350,11 +254,20 @@ def export_dflash(drafter, out_dir: str | os.PathLike, target: PreTrainedModel |
     return out
 
 
+FORMAT = register_format(
+    PublishedFormat(
+        name="dflash",
+        base_model_type=BlockDrafterConfig.model_type,
+        recognises=is_dflash_config,
+        to_config=block_drafter_config_from_dflash,
+        after_load=restore_after_load,
+    )
+)
+
 __all__ = [
     "DFLASH_ARCHITECTURE",
+    "FORMAT",
     "block_drafter_config_from_dflash",
-    "check_draft_vocab",
-    "check_loaded_tensors",
     "config_from_dflash_checkpoint",
     "dflash_config_from_block_drafter",
     "dflash_state_dict",
@@ -363,5 +276,5 @@ __all__ = [
     "draft_vocab_tensors",
     "export_dflash",
     "is_dflash_config",
-    "load_checked",
+    "restore_after_load",
 ]

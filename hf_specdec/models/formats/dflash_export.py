@@ -1,14 +1,14 @@
 """Export a saved drafter to the published DFlash layout and prove the export: the folder must read back as the
 same drafter. This is what `scripts/export_drafter.py` runs.
 
-`export_dflash` (dflash_format.py) writes the layout; this module adds what a user exporting a checkpoint folder
+`export_dflash` (dflash.py) writes the layout; this module adds what a user exporting a checkpoint folder
 needs around it: refusing what is not a block drafter (a target model, an unrelated checkpoint) before anything is
 written, refusing a non-empty output folder (old files would mix with the export), loading the target when the
 drafter scores a reduced draft vocabulary (the export ships those rows of the target's LM head), and reloading the
 export to check that block size, mask, taps, draft vocabulary and backbone weights all survived.
 
-Drafters load through the kind registry, like `hf_specdec.load_drafter` (which sits above the drafter kinds and
-cannot be imported from here): a DCOCO or DBLAST checkpoint loads as its own kind and only its block backbone is
+Drafters load through the registry, like `hf_specdec.load_drafter` (which sits above the formats and cannot be
+imported from here): a block drafter with a DCOCO or DBLAST head loads with it and only its block backbone is
 exported (`dflash_state_dict` warns); a DFlash checkpoint loads as a `BlockDrafter`.
 """
 
@@ -23,10 +23,10 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 from transformers.utils import logging as transformers_logging
 
+from ..block_drafter.configuration_block_drafter import BlockDrafterConfig
+from ..block_drafter.modeling_block_drafter import BlockDrafter
 from ..registry import kind_for_config
-from .configuration_block_drafter import BlockDrafterConfig
-from .dflash_format import export_dflash, is_dflash_config
-from .modeling_block_drafter import BlockDrafter
+from .dflash import export_dflash, is_dflash_config
 
 
 def load_block_drafter(path: str | os.PathLike) -> BlockDrafter:
@@ -45,7 +45,9 @@ def load_block_drafter(path: str | os.PathLike) -> BlockDrafter:
             "export_drafter.py exports hf_specdec drafters (block, DCOCO, DBLAST) and DFlash checkpoints."
         )
     kind = kind_for_config(config)  # None for a DFlash checkpoint: BlockDrafter converts it
-    return (kind.model_class if kind else BlockDrafter).from_pretrained(path).eval()
+    if kind is None:
+        return BlockDrafter.from_pretrained(path).eval()
+    return kind.model_class.from_pretrained(path, config=config).eval()  # a head's shape read as it was saved
 
 
 def same_drafter(a: BlockDrafter, b: BlockDrafter) -> bool:
