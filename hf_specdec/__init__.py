@@ -30,6 +30,7 @@ from .models.aliases import (
 )
 from .models.attach import attach_head, load_head_folder, save_head
 from .models.block_drafter import BlockDraftCandidateGenerator, BlockDrafter, BlockDrafterConfig, build_target_layer_ids
+from .models.formats import export_drafter
 from .models.lm_head_strides import fix_lm_head_strides
 from .models.loading import load_drafter
 from .models.pard import PardCandidateGenerator, PardConfig, PardDrafter
@@ -57,6 +58,7 @@ __all__ = [
     "DrafterHead",
     "HeadModule",
     "attach_head",
+    "export_drafter",
     "head_of",
     "load_head_folder",
     "register_base",

@@ -1,4 +1,7 @@
-"""Export a block drafter in the published DFlash layout (z-lab), to serve it with vLLM or SGLang.
+"""Export a drafter in a published layout, to serve it with vLLM, SGLang or TensorRT-LLM: a block drafter as z-lab's
+DFlash (the default), a PARD drafter as AMD's PARD-1 (`--format pard`).
+
+    python scripts/export_drafter.py --format pard --drafter drafters/qwen2.5-coder-1.5b-pard --output exported/pard
 
     python scripts/export_drafter.py --drafter runs/qwen1.5b-b8/drafter --output exported/qwen2.5-coder-1.5b-dflash \\
         --target ~/.cache/hf_specdec/models/qwen2.5-coder-1.5b
@@ -14,6 +17,9 @@ reloads the folder with hf_specdec and checks that it gives back the same drafte
 - DCOCO and DBLAST drafters: only their block backbone is exported, with a warning; the corrector and the mixture
   head are not part of the DFlash layout, so vLLM and SGLang draft with the backbone alone.
 - Anything else (a target model, an unrelated checkpoint) is refused.
+- `--format pard` writes the PARD drafter's LM (a LoRA adapter merged) under its own architecture with `pard_token`
+  and `spd_type` and the base's tokenizer files (`hf_specdec.models.formats.pard.export_and_check_pard1`);
+  `transformers.AutoModelForCausalLM` loads it as a plain LM.
 
 Layout checked against vLLM `vllm/model_executor/models/qwen3_dflash.py` @ 036a00d, `vllm/config/speculative.py`
 @ 002e77c, `vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py` @ 0cfdd2e, and SGLang
@@ -34,7 +40,10 @@ from command_line import HelpFormatter
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--drafter", required=True, help="hf_specdec drafter folder or Hub id")
-    parser.add_argument("--output", required=True, help="new (or empty) folder for the DFlash-layout checkpoint")
+    parser.add_argument("--output", required=True, help="new (or empty) folder for the exported checkpoint")
+    parser.add_argument(
+        "--format", default="dflash", choices=["dflash", "pard"], help="dflash (a block drafter) or pard (PARD-1)"
+    )
     parser.add_argument("--target", default=None, help="the target model; needed when the drafter has a draft vocab")
     return parser
 
@@ -42,10 +51,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     from hf_specdec.models.formats.dflash_export import export_and_check  # torch: after the arguments
+    from hf_specdec.models.formats.pard import export_and_check_pard1
 
     logging.basicConfig(format="%(levelname)s %(message)s", level=logging.WARNING)
     try:
-        export_and_check(args.drafter, args.output, target_path=args.target)
+        if args.format == "pard":
+            export_and_check_pard1(args.drafter, args.output)
+        else:
+            export_and_check(args.drafter, args.output, target_path=args.target)
     except ValueError as err:  # not a drafter, non-empty output, missing --target, failed round trip
         raise SystemExit(str(err)) from None
 

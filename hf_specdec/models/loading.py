@@ -25,8 +25,9 @@ from transformers import AutoConfig, AutoModel, PreTrainedModel
 
 from .base_models import offline_models_dir
 from .block_drafter import BlockDrafter, BlockDrafterConfig
+from .checkpoints import read_config_dict
 from .pard import PardConfig
-from .registry import DrafterKind, head_named, kind_for_config, kind_for_model_type
+from .registry import DrafterKind, head_named, kind_for_config, kind_for_model_type, published_format
 
 ADAPTER_CONFIG = "adapter_config.json"
 _HUB_KWARGS = ("revision", "cache_dir", "token", "local_files_only", "subfolder")
@@ -92,7 +93,7 @@ def _load_drafter(name_or_path, chain: tuple[str, ...], kwargs: dict) -> PreTrai
     hub = {k: kwargs[k] for k in _HUB_KWARGS if k in kwargs}
     name_or_path = _adapter_snapshot(name_or_path, hub) or name_or_path
     config = _saved_config(name_or_path, **hub)
-    kind = kind_for_config(config)
+    kind = kind_for_config(config) or _published_kind(name_or_path, hub)
     if is_adapter(name_or_path) and not (kind is not None and kind.capabilities.adapter_folders):
         return _load_adapter(name_or_path, None, chain, kwargs)
     if config is not None and config.model_type in SAVED_HEAD_KINDS and "config" not in kwargs:
@@ -104,6 +105,15 @@ def saved_kind(name_or_path: str | os.PathLike, **hub) -> DrafterKind | None:
     """The registered kind whose `model_type` the config of `name_or_path` (a folder or a Hub id) names; None when
     it names none or cannot be read (a DFlash checkpoint, an adapter folder without a config, a missing name)."""
     return kind_for_config(_saved_config(name_or_path, **hub))
+
+
+def _published_kind(name_or_path, hub: dict) -> DrafterKind | None:
+    """The base that reads `name_or_path` when its config is in a published layout (`models/formats/`)."""
+    try:
+        published = published_format(read_config_dict(name_or_path, **hub))
+    except (OSError, ValueError):
+        return None
+    return None if published is None else kind_for_model_type(published.base_model_type)
 
 
 def _saved_config(name_or_path, **hub):

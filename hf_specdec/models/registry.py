@@ -201,12 +201,13 @@ def register_format(published: PublishedFormat) -> PublishedFormat:
     return published
 
 
-def published_format(config: dict | None, base_model_type: str) -> PublishedFormat | None:
-    """The registered layout, read by the base saving `base_model_type`, that a `config.json` dict is in; None for
-    the base's own format."""
+def published_format(config: dict | None, base_model_type: str | None = None) -> PublishedFormat | None:
+    """The registered layout a `config.json` dict is in, among those the base saving `base_model_type` reads (any
+    base's: None); None for a base's own format or another model."""
     if not isinstance(config, dict):
         return None
-    return next((f for f in _FORMATS.values() if f.base_model_type == base_model_type and f.recognises(config)), None)
+    readers = [f for f in _FORMATS.values() if base_model_type in (None, f.base_model_type)]
+    return next((f for f in readers if f.recognises(config)), None)
 
 
 def kind_of(model: object) -> DrafterKind | None:

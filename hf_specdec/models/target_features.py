@@ -25,7 +25,7 @@ def check_drafter_matches_target(config: PretrainedConfig, target: PreTrainedMod
     text = target.config.get_text_config()
     vocab_rows = target.get_input_embeddings().weight.shape[0]
     problems = []
-    if config.target_hidden_size != text.hidden_size:
+    if config.target_hidden_size is not None and config.target_hidden_size != text.hidden_size:
         problems.append(f"hidden size {config.target_hidden_size} != target's {text.hidden_size}")
     if config.target_num_hidden_layers is not None and config.target_num_hidden_layers != text.num_hidden_layers:
         problems.append(f"layer count {config.target_num_hidden_layers} != target's {text.num_hidden_layers}")
@@ -33,6 +33,9 @@ def check_drafter_matches_target(config: PretrainedConfig, target: PreTrainedMod
         problems.append(f"tapped layers {config.target_layer_ids} reach past the target's {text.num_hidden_layers}")
     if config.target_vocab_size is not None and config.target_vocab_size not in (text.vocab_size, vocab_rows):
         problems.append(f"vocab size {config.target_vocab_size} != target's {text.vocab_size}")
+    drafter_vocab = getattr(config, "vocab_size", None)  # a drafter with its own LM head (PARD) scores these ids
+    if config.target_vocab_size is None and drafter_vocab is not None and drafter_vocab < text.vocab_size:
+        problems.append(f"vocab size {drafter_vocab} (the drafter's own) < target's {text.vocab_size}")
     if config.mask_token_id >= vocab_rows:
         problems.append(f"mask_token_id {config.mask_token_id} is outside the target's {vocab_rows} embeddings")
     if problems:

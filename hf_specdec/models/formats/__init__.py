@@ -4,4 +4,19 @@ engines that read it). Importing this package registers every reader.
 
 Formats map onto bases and heads; they never go into a base's modeling files."""
 
-from . import dflash  # noqa: F401  (registers its reader)
+from pathlib import Path
+
+from . import dflash, pard  # each registers its reader
+
+WRITERS = {"dflash": dflash.export_dflash, "pard": pard.export_pard1}
+
+
+def export_drafter(drafter, folder: str | Path, format: str, **options) -> Path:
+    """Write `drafter` to `folder` in a published layout: "dflash" (a block drafter; `target=` when it scores a
+    reduced draft vocabulary) or "pard" (PARD-1: a PARD drafter's LM with its mask id)."""
+    if format not in WRITERS:
+        raise ValueError(f"no writer for format {format!r}; formats: {sorted(WRITERS)}")
+    return WRITERS[format](drafter, folder, **options)
+
+
+__all__ = ["WRITERS", "export_drafter"]

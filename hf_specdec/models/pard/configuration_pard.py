@@ -82,6 +82,8 @@ class PardConfig(PreTrainedConfig):
             raise ValueError(
                 f"mask_token_id must be an id in 0..{self.vocab_size} (the LM's vocabulary), got {self.mask_token_id}"
             )
+        if self.feature_injection and self.target_hidden_size is None:
+            raise ValueError("feature_injection needs target_hidden_size: the width of the target features it reads")
         if not self.target_layer_ids or min(self.target_layer_ids) < 0:
             raise ValueError(f"target_layer_ids must list target layers (0-based), got {self.target_layer_ids}")
         if self.target_num_hidden_layers is not None and max(self.target_layer_ids) >= self.target_num_hidden_layers:

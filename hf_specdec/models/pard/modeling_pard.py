@@ -23,7 +23,8 @@ from transformers import AutoModelForCausalLM, PreTrainedModel
 
 from ..attach import HEAD_WEIGHTS, is_head_folder, load_head_folder
 from ..base_models import missing_base_hint, resolve_base_model
-from ..registry import build_head
+from ..checkpoints import read_config_dict
+from ..registry import build_head, published_format
 from ..settings import SavedDecoding
 from .configuration_pard import PardConfig
 from .layout import block_layout, layout_features
@@ -48,9 +49,12 @@ class PardDrafter(SavedDecoding, PreTrainedModel):
     def __init__(self, config: PardConfig, lm: PreTrainedModel | None = None) -> None:
         super().__init__(config)
         self.lm = lm if lm is not None else AutoModelForCausalLM.from_config(config.lm_config())
-        taps = len(config.target_layer_ids) * config.target_hidden_size
-        # PARD-2 style: tapped target features of token t-1, projected, added to token t's input embedding
-        self.feature_proj = nn.Linear(taps, config.hidden_size, bias=False) if config.feature_injection else None
+        self.feature_proj = (
+            None  # PARD-2 style: tapped target features of token t-1, projected, added to token t's input
+        )
+        if config.feature_injection:
+            taps = len(config.target_layer_ids) * config.target_hidden_size
+            self.feature_proj = nn.Linear(taps, config.hidden_size, bias=False)
         vocab = None if config.draft_vocab_size is None else torch.arange(config.draft_vocab_size)  # (Vd,)
         self.register_buffer("draft_vocab", vocab, persistent=True)  # filled from the checkpoint or set_draft_vocab
         self.post_init()
@@ -151,8 +155,14 @@ class PardDrafter(SavedDecoding, PreTrainedModel):
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
         """Full weights load as usual; a folder with an adapter and no weights loads `base_model` and merges the
-        adapter; a folder with only the config loads `base_model` as it is."""
+        adapter; a folder with only the config loads `base_model` as it is; a folder in a published layout this base
+        reads (`models/formats/pard.py`: PARD-1) loads the LM it holds with its mask id."""
         folder = Path(pretrained_model_name_or_path)
+        published = published_format(read_config_dict(folder), cls.config_class.model_type) if folder.is_dir() else None
+        if published is not None:  # a published layout (AMD's PARD-1: the LM as it is, plus its mask id)
+            config = published.to_config(read_config_dict(folder))
+            config.base_model = str(folder)
+            return cls.from_base(config, dtype=kwargs.get("dtype"), device_map=kwargs.get("device_map"))
         if folder.is_dir() and not any(folder.glob("model*.safetensors")):
             if is_head_folder(folder):
                 return load_head_folder(folder, dtype=kwargs.get("dtype"), device_map=kwargs.get("device_map"))
