@@ -168,3 +168,42 @@ def test_converted_checkpoint_round_trips_through_automodel(zlab_checkpoint, tmp
     assert type(again) is BlockDrafter
     for (n1, t1), (n2, t2) in zip(drafter.state_dict().items(), again.state_dict().items(), strict=True):
         assert n1 == n2 and torch.equal(t1, t2)
+
+
+def write_zlab(folder, config: dict, taps: int = len(TAPS)) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(config))
+    weights = zlab_weights() | {"fc.weight": 0.2 * torch.randn(H, taps * H, generator=torch.Generator().manual_seed(1))}
+    save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
+
+
+def test_the_newer_zlab_layout_block_size_inside_dflash_config_loads_as_the_older_one(tmp_path):
+    older = zlab_config()
+    newer = {k: v for k, v in older.items() if k != "block_size"}
+    newer["dflash_config"] = {**older["dflash_config"], "block_size": older["block_size"]}
+    write_zlab(tmp_path / "older", older)
+    write_zlab(tmp_path / "newer", newer)
+    a, b = BlockDrafter.from_pretrained(tmp_path / "older"), BlockDrafter.from_pretrained(tmp_path / "newer")
+    same = {k: v for k, v in a.config.to_dict().items() if k != "_name_or_path"}
+    assert b.config.block_size == 8 and {k: v for k, v in b.config.to_dict().items() if k != "_name_or_path"} == same
+    assert all(torch.equal(a.state_dict()[k], v) for k, v in b.state_dict().items())
+
+
+def test_a_zlab_config_without_taps_gets_zlabs_default_taps(tmp_path):
+    from hf_specdec import build_target_layer_ids
+
+    config = zlab_config()
+    config["dflash_config"] = {"mask_token_id": 250}  # z-lab: build_target_layer_ids(num_target_layers, num_layers)
+    write_zlab(tmp_path, config, taps=len(build_target_layer_ids(8, LAYERS)))
+    drafter = BlockDrafter.from_pretrained(tmp_path)
+    assert drafter.config.target_layer_ids == build_target_layer_ids(8, LAYERS)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"layer_types": ["sliding_attention"] * LAYERS}, {"use_sliding_window": True, "sliding_window": 64}],
+)
+def test_sliding_window_drafter_layers_are_refused_not_read_as_full_attention(tmp_path, change):
+    write_zlab(tmp_path, {**zlab_config(), **change})
+    with pytest.raises(ValueError, match="sliding-window layers"):
+        BlockDrafter.from_pretrained(tmp_path)

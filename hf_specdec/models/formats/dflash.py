@@ -40,7 +40,7 @@ from safetensors.torch import save_file
 from transformers import PreTrainedModel
 from transformers.utils import cached_file
 
-from ..block_drafter.configuration_block_drafter import BlockDrafterConfig
+from ..block_drafter.configuration_block_drafter import BlockDrafterConfig, build_target_layer_ids
 from ..checkpoints import read_config_dict
 from ..registry import PublishedFormat, register_format
 from ..target_features import check_drafter_matches_target
@@ -83,13 +83,30 @@ def is_dflash_config(config: dict) -> bool:
 
 
 def block_drafter_config_from_dflash(config: dict) -> BlockDrafterConfig:
-    """Translate a z-lab DFlash `config.json` dict into a `BlockDrafterConfig`."""
+    """Translate a z-lab DFlash `config.json` dict into a `BlockDrafterConfig`.
+
+    Both z-lab layouts are read: `block_size` at the top level (Qwen3, LLaMA) or inside `dflash_config` (Qwen3.5 and
+    newer; the speculators converter reads both the same way). Without `target_layer_ids`, the taps are z-lab's own
+    default (`build_target_layer_ids(num_target_layers, num_hidden_layers)`, `dflash/model.py`). Sliding-window
+    drafter layers are not implemented here and are refused, never read as full attention.
+    """
     dflash = config["dflash_config"]
-    missing = [k for k in ("mask_token_id", "target_layer_ids") if dflash.get(k) is None]
-    if missing or "block_size" not in config:
+    block_size = dflash.get("block_size", config.get("block_size"))
+    taps = dflash.get("target_layer_ids")
+    if taps is None and config.get("num_target_layers") and config.get("num_hidden_layers"):
+        taps = build_target_layer_ids(config["num_target_layers"], config["num_hidden_layers"])
+    missing = [k for k, v in (("mask_token_id", dflash.get("mask_token_id")), ("target_layer_ids", taps)) if v is None]
+    if missing or block_size is None:
         raise ValueError(
-            f"DFlash config lacks {missing + ([] if 'block_size' in config else ['block_size'])}: "
+            f"DFlash config lacks {missing + ([] if block_size is not None else ['block_size'])}: "
             "a DFlash checkpoint needs `block_size` and `dflash_config.{mask_token_id,target_layer_ids}`."
+        )
+    sliding = [t for t in config.get("layer_types") or () if t != "full_attention"]
+    if sliding or (config.get("use_sliding_window") and config.get("sliding_window")):
+        raise ValueError(
+            f"this DFlash drafter has sliding-window layers (layer_types {config.get('layer_types')}, sliding_window "
+            f"{config.get('sliding_window')}); hf_specdec's block drafter implements full attention only and does "
+            "not load it rather than draft with the wrong attention."
         )
     fields = {k: config[k] for k in _ARCH_FIELDS if config.get(k) is not None}
     rope = config.get("rope_parameters") or config.get("rope_scaling") or {}
@@ -98,9 +115,9 @@ def block_drafter_config_from_dflash(config: dict) -> BlockDrafterConfig:
     return BlockDrafterConfig(
         **fields,
         rope_parameters=rope,
-        block_size=config["block_size"],
+        block_size=block_size,
         mask_token_id=dflash["mask_token_id"],
-        target_layer_ids=list(dflash["target_layer_ids"]),
+        target_layer_ids=list(taps),
         target_num_hidden_layers=config.get("num_target_layers"),
         target_vocab_size=config.get("vocab_size"),
         target_hidden_size=config.get("hidden_size"),
