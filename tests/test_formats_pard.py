@@ -8,27 +8,12 @@ import json
 import pytest
 import torch
 from conftest import MASK_ID, VOCAB, assert_batch_and_server_equal_plain, tiny_target
-from transformers import AutoModelForCausalLM, GenerationConfig, LlamaConfig, LlamaForCausalLM
+from test_pard import tiny_lm
+from transformers import AutoModelForCausalLM, GenerationConfig
 
 import hf_specdec
 from hf_specdec import DecodingSettings, PardDrafter
 from hf_specdec.models.formats.pard import export_pard1
-
-
-def tiny_lm(seed: int = 7, vocab: int = VOCAB) -> LlamaForCausalLM:
-    torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=vocab,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        initializer_range=0.3,
-        bos_token_id=1,
-        eos_token_id=2,
-    )
-    return LlamaForCausalLM(config).eval()
 
 
 def write_pard1(folder, lm, **extra) -> None:
@@ -95,7 +80,9 @@ def test_what_the_pard1_reader_cannot_honour_is_refused(tmp_path):
     (tmp_path / "row" / "config.json").write_text(json.dumps({**config, "pard_token": VOCAB + 5}))
     with pytest.raises(ValueError, match="pard_token must be an embedding row"):
         hf_specdec.load_drafter(tmp_path / "row")
-    write_pard1(tmp_path / "small", tiny_lm(vocab=MASK_ID + 1 - 55))  # a vocabulary short of the target's
+    small = tiny_lm()
+    small.resize_token_embeddings(MASK_ID + 1 - 55)  # a vocabulary short of the target's
+    write_pard1(tmp_path / "small", small)
     config = json.loads((tmp_path / "small" / "config.json").read_text())
     (tmp_path / "small" / "config.json").write_text(json.dumps({**config, "pard_token": 3}))
     drafter = hf_specdec.load_drafter(tmp_path / "small").eval()

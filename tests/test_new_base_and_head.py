@@ -308,3 +308,17 @@ def test_a_head_refuses_a_shape_it_does_not_have_and_a_second_head():
     with pytest.raises(ValueError, match="already carries"):
         hf_specdec.attach_head(hf_specdec.attach_head(base, "offset"), "dcoco")
     assert hf_specdec.head_of(base) is None  # attaching never changes the base it was given
+
+
+def test_a_head_starts_with_its_own_budget_memory_not_its_bases():
+    """The adaptive budget's acceptance counts are the drafter's own: a head attached after its base has drafted
+    does not inherit (or share) what the base's drafts earned."""
+    target = tiny_target("llama")
+    base = make_drafter(target, BLOCK)
+    prompt = torch.randint(3, VOCAB - 1, (1, 10), generator=torch.Generator().manual_seed(3))
+    target.generate(prompt, max_new_tokens=8, do_sample=False, assistant_model=base)  # default: adaptive budget
+    assert base.budget_memory is not None
+    drafter = hf_specdec.attach_head(base, "offset")
+    assert "budget_memory" not in vars(drafter) and "last_acceptance_stats" not in vars(drafter)
+    target.generate(prompt, max_new_tokens=8, do_sample=False, assistant_model=drafter)
+    assert drafter.budget_memory is not base.budget_memory

@@ -36,13 +36,16 @@ def head_name(config: dict) -> str | None:
 
 
 def kind_card(config: dict) -> tuple[str, KindCard]:
-    """(the drafter's name, card text) of a saved drafter's config: its base's, with its head's when it carries one
-    (also in a format saved when a base with a head was a kind of its own); a generic text for others."""
-    model_type, head = config.get("model_type", "hf_specdec_block_drafter"), config.get("head")
+    """(the drafter's base class name, card text) of a saved drafter's config: its base's, with its head's when it
+    carries one (also in a format saved when a base with a head was a kind of its own); a generic text for others."""
+    model_type = config.get("model_type", "hf_specdec_block_drafter")
     if model_type in SAVED_HEAD_KINDS:
-        base_config, head_name = SAVED_HEAD_KINDS[model_type]
-        model_type, head = base_config.model_type, {"type": head_name}
-    return card_for(model_type, head) or ("BlockDrafter", KindCard("A parallel block drafter"))
+        model_type = SAVED_HEAD_KINDS[model_type][0].model_type
+    head = head_name(config)
+    return card_for(model_type, {"type": head} if head else None) or (
+        "BlockDrafter",
+        KindCard("A parallel block drafter"),
+    )
 
 
 def is_hub_id(name: str | None) -> bool:

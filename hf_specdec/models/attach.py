@@ -48,11 +48,14 @@ def attach_head(drafter: PreTrainedModel, head: str, **shape) -> PreTrainedModel
 
 
 def _sharing_backbone(drafter: PreTrainedModel) -> PreTrainedModel:
-    """A shallow twin of `drafter`: the same parameters and buffers, its own module table and config, so that a
-    head added to the twin is not added to `drafter`."""
+    """A shallow twin of `drafter`: the same parameters and buffers, its own tables (modules, parameters, buffers,
+    hooks) and config, so that a head or a hook added to the twin is not added to `drafter`."""
     twin = copy.copy(drafter)
-    for table in ("_modules", "_parameters", "_buffers"):
-        setattr(twin, table, dict(getattr(drafter, table)))
+    for name, table in vars(drafter).items():
+        if isinstance(table, dict):
+            setattr(twin, name, table.copy())
+    for name in ("budget_memory", "last_acceptance_stats"):  # what decoding learnt of the base's own drafts
+        twin.__dict__.pop(name, None)
     twin.config = copy.deepcopy(drafter.config)
     if getattr(drafter, "generation_config", None) is not None:
         twin.generation_config = copy.deepcopy(drafter.generation_config)
