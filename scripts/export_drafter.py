@@ -1,5 +1,6 @@
 """Export a drafter in a published layout, to serve it with vLLM, SGLang or TensorRT-LLM: a block drafter as z-lab's
-DFlash (the default), a PARD drafter as AMD's PARD-1 (`--format pard`).
+DFlash (the default), a PARD drafter as AMD's PARD-1 (`--format pard`) or, when it reads target features, PARD-2
+(`--format pard2`).
 
     python scripts/export_drafter.py --format pard --drafter drafters/qwen2.5-coder-1.5b-pard --output exported/pard
 
@@ -18,8 +19,9 @@ reloads the folder with hf_specdec and checks that it gives back the same drafte
   head are not part of the DFlash layout, so vLLM and SGLang draft with the backbone alone.
 - Anything else (a target model, an unrelated checkpoint) is refused.
 - `--format pard` writes the PARD drafter's LM (a LoRA adapter merged) under its own architecture with `pard_token`
-  and `spd_type` and the base's tokenizer files (`hf_specdec.models.formats.pard.export_and_check_pard1`);
-  `transformers.AutoModelForCausalLM` loads it as a plain LM.
+  and `spd_type` and the base's tokenizer files (`hf_specdec.models.formats.pard.export_and_check_pard`);
+  `transformers.AutoModelForCausalLM` loads it as a plain LM. `--format pard2` adds the `pard2_*` keys and
+  `warp_model.bin` (the target-feature projection) for a PARD drafter with feature injection.
 
 Layout checked against vLLM `vllm/model_executor/models/qwen3_dflash.py` @ 036a00d, `vllm/config/speculative.py`
 @ 002e77c, `vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py` @ 0cfdd2e, and SGLang
@@ -42,7 +44,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--drafter", required=True, help="hf_specdec drafter folder or Hub id")
     parser.add_argument("--output", required=True, help="new (or empty) folder for the exported checkpoint")
     parser.add_argument(
-        "--format", default="dflash", choices=["dflash", "pard"], help="dflash (a block drafter) or pard (PARD-1)"
+        "--format",
+        default="dflash",
+        choices=["dflash", "pard", "pard2"],
+        help="dflash (a block drafter), pard (PARD-1) or pard2 (PARD-2: a PARD drafter with target features)",
     )
     parser.add_argument("--target", default=None, help="the target model; needed when the drafter has a draft vocab")
     return parser
@@ -51,12 +56,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     from hf_specdec.models.formats.dflash_export import export_and_check  # torch: after the arguments
-    from hf_specdec.models.formats.pard import export_and_check_pard1
+    from hf_specdec.models.formats.pard import export_and_check_pard
 
     logging.basicConfig(format="%(levelname)s %(message)s", level=logging.WARNING)
     try:
-        if args.format == "pard":
-            export_and_check_pard1(args.drafter, args.output)
+        if args.format in ("pard", "pard2"):
+            export_and_check_pard(args.drafter, args.output, args.format)
         else:
             export_and_check(args.drafter, args.output, target_path=args.target)
     except ValueError as err:  # not a drafter, non-empty output, missing --target, failed round trip

@@ -258,7 +258,8 @@ def test_a_missing_base_model_says_how_to_build_it(tmp_path, target):
     [
         ({"mask_token_id": -1}, "mask_token_id"),
         ({"mask_token_id": VOCAB}, "mask_token_id"),
-        ({"target_layer_ids": [-1]}, "target_layer_ids"),
+        ({"target_layer_ids": [-5]}, "target_layer_ids"),
+        ({"target_layer_ids": [1, 1]}, "target_layer_ids"),
         ({"block_size": 1}, "block_size"),
     ],
 )

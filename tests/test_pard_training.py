@@ -7,7 +7,7 @@ import json
 
 import pytest
 import torch
-from conftest import MASK_ID, saved_run_inputs
+from conftest import MASK_ID, VOCAB, saved_run_inputs, tiny_target
 from test_pard import tiny_lm
 
 import hf_specdec
@@ -203,3 +203,30 @@ def test_a_pard_run_ships_as_its_adapter_with_a_draft_vocabulary(tmp_path):
     assert isinstance(shipped, PardDrafter) and shipped.decoding.tree_budget == 4
     assert shipped.draft_vocab.tolist() == list(range(100))  # the first 100 ids (EOS, id 2, among them)
     assert "PARD over" in (out / "TRAINING.md").read_text()
+
+
+def test_features_added_to_a_saved_adapter_train_and_ship_beside_it(tmp_path):
+    """PARD-2 from a PARD-1 adapter (the shipped one's path): --feature_injection --feature_layers adds a zero
+    projection of those layers, trains it with the adapter, saves it beside the adapter, loads back, exports as
+    PARD-2, and generate stays exact."""
+    saved_run_inputs(tmp_path, sequences=4)
+    tiny_lm().save_pretrained(tmp_path / "lm")
+    run(_config(tmp_path, lora_rank=4, lora_alpha=8, num_steps=4, save_every=2))
+    first = tmp_path / "run" / "adapter"
+    more = dict(output_dir=str(tmp_path / "p2"), drafter=str(first), num_steps=4, save_every=2, feature_dropout=0.0)
+    run(_config(tmp_path, lora_rank=4, feature_injection=True, feature_layers=[-1, -3], feature_scale=0.5, **more))
+    adapter = tmp_path / "p2" / "adapter"
+    assert (adapter / "feature_proj.safetensors").is_file()
+    drafter = hf_specdec.load_drafter(adapter).eval()
+    merged = hf_specdec.load_drafter(tmp_path / "p2" / "drafter").eval()
+    assert drafter.config.target_layer_ids == [-1, -3] and drafter.config.feature_scale == 0.5
+    assert torch.count_nonzero(drafter.feature_proj.weight) > 0  # trained from zero
+    torch.testing.assert_close(drafter.feature_proj.weight, merged.feature_proj.weight.to(drafter.dtype), atol=1e-3, rtol=0)
+    target = tiny_target("llama")
+    prompt = torch.randint(3, VOCAB - 1, (1, 9), generator=torch.Generator().manual_seed(1))
+    plain = target.generate(prompt, max_new_tokens=16, do_sample=False)
+    assert torch.equal(target.generate(prompt, max_new_tokens=16, do_sample=False, assistant_model=drafter), plain)
+    out = hf_specdec.export_drafter(drafter, tmp_path / "exported", format="pard2")
+    assert json.loads((out / "config.json").read_text())["pard2_target_layers"] == [-1, -3]
+    with pytest.raises(ValueError, match="--feature_layers"):
+        _config(tmp_path, feature_layers=[-1])

@@ -11,8 +11,28 @@ logger = logging.getLogger(__name__)
 
 
 def hidden_state_indices(layer_ids: list[int]) -> list[int]:
-    """`output_hidden_states` indices of decoder-layer outputs (index 0 is the embeddings)."""
+    """`output_hidden_states` indices of decoder-layer outputs (index 0 is the embeddings). Ids are resolved
+    (`resolve_layer_ids`): 0-based, the last one (L - 1) being the post-norm final state HF returns last."""
     return [i + 1 for i in layer_ids]
+
+
+def resolve_layer_ids(layer_ids: list[int], num_layers: int) -> list[int]:
+    """0-based decoder-layer ids for a target of `num_layers` layers, in the listed order (the order features are
+    concatenated in). Negative ids count from the end as Python does: -1 is the last layer's output, which HF's
+    `hidden_states[-1]` returns after the final norm; so a negative id equals AMD PARD-2's negative index into
+    `hidden_states` (`pard2_target_layers`). ValueError naming both sides when an id is outside the target."""
+    outside = [i for i in layer_ids if not -num_layers <= i < num_layers]
+    if outside:
+        raise ValueError(
+            f"the drafter taps target layers {list(layer_ids)}, but the target has {num_layers} layers "
+            f"({outside} outside it); load the drafter built for this target."
+        )
+    return [i % num_layers for i in layer_ids]
+
+
+def drafter_layer_ids(config: PretrainedConfig, target_config: PretrainedConfig) -> list[int]:
+    """The resolved 0-based target layers a drafter's config taps, for `target_config`."""
+    return resolve_layer_ids(list(config.target_layer_ids), target_config.get_text_config().num_hidden_layers)
 
 
 def tapped_features(hidden_states: tuple, layer_ids: list[int], rows: int) -> torch.Tensor:
@@ -29,7 +49,7 @@ def check_drafter_matches_target(config: PretrainedConfig, target: PreTrainedMod
         problems.append(f"hidden size {config.target_hidden_size} != target's {text.hidden_size}")
     if config.target_num_hidden_layers is not None and config.target_num_hidden_layers != text.num_hidden_layers:
         problems.append(f"layer count {config.target_num_hidden_layers} != target's {text.num_hidden_layers}")
-    if max(config.target_layer_ids) >= text.num_hidden_layers:
+    if not all(-text.num_hidden_layers <= i < text.num_hidden_layers for i in config.target_layer_ids):
         problems.append(f"tapped layers {config.target_layer_ids} reach past the target's {text.num_hidden_layers}")
     if config.target_vocab_size is not None and config.target_vocab_size not in (text.vocab_size, vocab_rows):
         problems.append(f"vocab size {config.target_vocab_size} != target's {text.vocab_size}")
@@ -52,4 +72,10 @@ def check_drafter_matches_target(config: PretrainedConfig, target: PreTrainedMod
         )
 
 
-__all__ = ["check_drafter_matches_target", "hidden_state_indices", "tapped_features"]
+__all__ = [
+    "check_drafter_matches_target",
+    "drafter_layer_ids",
+    "hidden_state_indices",
+    "resolve_layer_ids",
+    "tapped_features",
+]

@@ -254,6 +254,14 @@ class DistillationConfig(DrafterTrainingConfig):
     feature_dropout: float = field(
         default=0.2, metadata={"help": "pard: share of sequences trained without features (injection only)"}
     )
+    feature_layers: list[int] | None = field(
+        default=None,
+        metadata={
+            "help": "pard: target layers whose features are injected, in concatenation order; negative from the end "
+            "(-1: the post-norm last state), as PARD-2's pard2_target_layers; default: --num_target_taps layers"
+        },
+    )
+    feature_scale: float = field(default=0.02, metadata={"help": "pard: scale of the projected features (PARD-2)"})
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -270,6 +278,10 @@ class DistillationConfig(DrafterTrainingConfig):
             raise ValueError(f"ce_weight must be >= 0, got {self.ce_weight}")
         if not (0 < self.cod_ratio <= 1 and 0 < self.cod_floor <= 1 and 0 <= self.feature_dropout <= 1):
             raise ValueError("cod_ratio and cod_floor must be in (0, 1], feature_dropout in [0, 1]")
+        if self.feature_scale <= 0:
+            raise ValueError(f"feature_scale must be > 0, got {self.feature_scale}")
+        if self.feature_layers is not None and (not self.feature_layers or not self.feature_injection):
+            raise ValueError("--feature_layers lists the layers --feature_injection reads; pass both (a non-empty list)")
 
     def for_objective(self, objective: str | None = None) -> DistillationConfig:
         """These settings as the class of `objective` (default: this config's own). The one place where the

@@ -70,7 +70,11 @@ def continue_lora(drafter: BlockDrafter, config: DrafterTrainingConfig, folder: 
             f"{config.lora_rank} asks for another rank. Pass --lora_rank {saved.r}, or --lora_rank 0 to fine-tune "
             "the merged drafter whole"
         )
-    return PeftModel.from_pretrained(drafter, str(folder), is_trainable=True)
+    model = PeftModel.from_pretrained(drafter, str(folder), is_trainable=True)
+    features = getattr(drafter, FEATURE_PROJ, None)  # added to a drafter whose adapter had none: trained whole,
+    if features is not None and FEATURE_PROJ not in (saved.modules_to_save or ()):  # saved beside the adapter
+        features.requires_grad_(True)
+    return model
 
 
 def continued_lora_adjustments(config: DrafterTrainingConfig, folder: str | os.PathLike) -> list[str]:

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from transformers import AutoModelForCausalLM, PreTrainedModel
 
 from ..models.base_models import missing_base_hint, resolve_base_model
+from ..models.block_drafter import build_target_layer_ids
 from ..models.loading import load_drafter
 from ..models.pard import PardDrafter
 from ..models.pard.layout import PardLayout, conditional_drop_layout, layout_features
@@ -62,10 +63,13 @@ class PardTrainer(DrafterTrainer):
                 mask_token_id=mask,
                 block_size=config.block_size,
                 base_model=config.base_lm,
-                feature_injection=config.feature_injection,
                 num_target_taps=config.num_target_taps,
                 target_name_or_path=config.target,
             )
+        if config.feature_injection and drafter.feature_proj is None:  # PARD-2 on a drafter that had no features
+            depth = target.config.get_text_config().num_hidden_layers
+            layers = config.feature_layers or build_target_layer_ids(depth, config.num_target_taps)
+            drafter.add_feature_injection(target.config, layers, scale=config.feature_scale)
         return drafter.to(device=target.device, dtype=torch.float32)
 
     def sequence_loss(self, seq: TrainingSequence, rng: torch.Generator) -> tuple[torch.Tensor, int]:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from accelerate import PartialState
 
+from ..models.target_features import drafter_layer_ids
 from .checkpoint import find_checkpoint
 from .commands import resume_command
 from .config import (
@@ -107,7 +108,7 @@ def set_up(config: DrafterTrainingConfig):
     drafter = trainer_cls.build_drafter(config, target)
     # one process writes the data cache, the others then read it
     with PartialState(cpu=target.device.type == "cpu").main_process_first():
-        sequences = prepare_sequences(config, target, tokenizer, drafter.config.target_layer_ids)
+        sequences = prepare_sequences(config, target, tokenizer, drafter_layer_ids(drafter.config, target.config))
     adjustments = data_adjustments(config, sequences) + draft_vocabulary(config, drafter, sequences)
     adapters = None
     if config.lora_rank:

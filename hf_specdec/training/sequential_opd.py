@@ -15,7 +15,7 @@ import inspect
 import torch
 from transformers.cache_utils import DynamicCache
 
-from ..models.target_features import tapped_features
+from ..models.target_features import drafter_layer_ids, tapped_features
 from .data import TrainingSequence
 from .losses import expected_verified_length_loss
 from .proposal_trees import alive_after_eos
@@ -30,7 +30,7 @@ class SequentialOPDTrainer(SpecOPDTrainer):
 
     def sequence_loss(self, seq: TrainingSequence, rng: torch.Generator) -> tuple[torch.Tensor, int]:
         cfg, target, dev = self.config, self.target, self.device
-        K, layers = self.drafter.config.block_size, self.drafter.config.target_layer_ids
+        K, layers = self.drafter.config.block_size, drafter_layer_ids(self.drafter.config, self.target.config)
         T = seq.ids.shape[0]
         cache_arg = "cache" if "cache" in inspect.signature(target.forward).parameters else "past_key_values"
         low = max(seq.loss_start, 2)

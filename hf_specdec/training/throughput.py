@@ -11,6 +11,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from ..models.target_features import drafter_layer_ids
 from .config import DistillationConfig
 from .counters import COUNTERS
 from .run import trainer_class
@@ -87,7 +88,7 @@ def compare_on_policy_objectives(config: DistillationConfig, steps: int) -> str:
     and return the table."""
     target, tokenizer = load_target(config)
     drafter = DrafterTrainer.build_drafter(config, target)
-    sequences = prepare_sequences(config, target, tokenizer, drafter.config.target_layer_ids)
+    sequences = prepare_sequences(config, target, tokenizer, drafter_layer_ids(drafter.config, target.config))
     rows = measure_supervision(config, target, drafter, sequences, ["sequential_opd", "specopd"], steps)
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -28,7 +28,7 @@ from ...verification.stopping import extra_stopping_criteria
 from ...verification.tree import DraftTree, best_first_tree
 from ..lm_head_strides import fix_lm_head_strides
 from ..registry import head_proposals
-from ..target_features import hidden_state_indices, tapped_features
+from ..target_features import drafter_layer_ids, hidden_state_indices, tapped_features
 from .modeling_block_drafter import BlockDrafter, DraftContextCache
 
 
@@ -51,7 +51,7 @@ class BlockDraftCandidateGenerator(CandidateGenerator):
         stopping_criteria: StoppingCriteriaList | None = None,
     ) -> None:
         self.drafter = drafter
-        self.layer_ids = list(drafter.config.target_layer_ids)
+        self.layer_ids = drafter_layer_ids(drafter.config, target.config)  # 0-based, in the drafter's order
         self.model_kwargs_overrides = {"output_hidden_states": hidden_state_indices(self.layer_ids)}
         self.block_size = drafter.config.block_size
         self.max_length = generation_config.max_length

@@ -8,12 +8,13 @@ from pathlib import Path
 
 from . import dflash, pard  # each registers its reader
 
-WRITERS = {"dflash": dflash.export_dflash, "pard": pard.export_pard1}
+WRITERS = {"dflash": dflash.export_dflash, "pard": pard.export_pard1, "pard2": pard.export_pard2}
 
 
 def export_drafter(drafter, folder: str | Path, format: str, **options) -> Path:
     """Write `drafter` to `folder` in a published layout: "dflash" (a block drafter; `target=` when it scores a
-    reduced draft vocabulary) or "pard" (PARD-1: a PARD drafter's LM with its mask id)."""
+    reduced draft vocabulary) "pard" (PARD-1: a PARD drafter's LM with its mask id) or "pard2" (PARD-2: that plus the target-feature
+    projection of a PARD drafter that reads target features)."""
     if format not in WRITERS:
         raise ValueError(f"no writer for format {format!r}; formats: {sorted(WRITERS)}")
     return WRITERS[format](drafter, folder, **options)

@@ -25,9 +25,15 @@ class PardConfig(PreTrainedConfig):
         block_size: tokens per drafting block, anchor included: one pass proposes `block_size - 1` drafts (the
             anchor's output gives draft 1, the output at mask i gives draft i + 1).
         mask_token_id: the id fed K-1 times after the anchor; an embedding row text never uses (Qwen2.5: 151665).
-        target_layer_ids: target layers whose outputs are tapped from every verify forward (0-based).
-        feature_injection: add the projected tapped features of token t-1 to the input embedding of token t
-            (PARD-2 style). The projection starts at zero, so a fresh one drafts exactly as the plain LM does.
+        target_layer_ids: target layers whose outputs are tapped from every verify forward, in the order their
+            features are concatenated: 0-based, or negative from the end as in Python (-1: the last layer's output,
+            post-norm, as HF's `hidden_states[-1]`; AMD PARD-2's `pard2_target_layers` [-1, -8, -16, -24] are
+            these ids as they are).
+        feature_injection: PARD-2's fusion: token t's input is `embed(token_t) + feature_scale *
+            feature_proj(features of token t-1)` (zeros before the first token; mask slots repeat the anchor's). The
+            projection starts at zero, so a fresh one drafts exactly as the plain LM does.
+        feature_scale: the fixed scale of the projected features (PARD-2's `pard2_scale`; its default 0.02).
+        feature_bias: whether the projection has a bias (PARD-2's `pard2_proj_bias`).
         target_model_type / target_hidden_size / target_num_hidden_layers / target_vocab_size / target_name_or_path:
             the target the drafter was built for.
         draft_vocab_size: when set, the drafter's head scores only these many ids (the `draft_vocab` buffer, e.g. the
@@ -47,6 +53,8 @@ class PardConfig(PreTrainedConfig):
     mask_token_id: int | None = None
     target_layer_ids: list[int] | None = None
     feature_injection: bool = False
+    feature_scale: float = 0.02
+    feature_bias: bool = False
     target_model_type: str | None = None
     target_hidden_size: int | None = None
     target_num_hidden_layers: int | None = None
@@ -84,13 +92,18 @@ class PardConfig(PreTrainedConfig):
             )
         if self.feature_injection and self.target_hidden_size is None:
             raise ValueError("feature_injection needs target_hidden_size: the width of the target features it reads")
-        if not self.target_layer_ids or min(self.target_layer_ids) < 0:
-            raise ValueError(f"target_layer_ids must list target layers (0-based), got {self.target_layer_ids}")
-        if self.target_num_hidden_layers is not None and max(self.target_layer_ids) >= self.target_num_hidden_layers:
+        if not self.target_layer_ids or not all(isinstance(i, int) for i in self.target_layer_ids):
             raise ValueError(
-                f"target_layer_ids {self.target_layer_ids} reach past the target's "
-                f"{self.target_num_hidden_layers} layers"
+                f"target_layer_ids must list target layers (0-based, or negative from the end), got "
+                f"{self.target_layer_ids}"
             )
+        if len(set(self.target_layer_ids)) != len(self.target_layer_ids):
+            raise ValueError(f"target_layer_ids lists a layer twice: {self.target_layer_ids}")
+        layers = self.target_num_hidden_layers
+        if layers is not None and not all(-layers <= i < layers for i in self.target_layer_ids):
+            raise ValueError(f"target_layer_ids {self.target_layer_ids} reach past the target's {layers} layers")
+        if not (isinstance(self.feature_scale, (int, float)) and self.feature_scale > 0):
+            raise ValueError(f"feature_scale must be a positive number, got {self.feature_scale!r}")
         if self.draft_vocab_size is not None and not 0 < self.draft_vocab_size <= (self.vocab_size or 2**62):
             raise ValueError(f"draft_vocab_size must be in 1..{self.vocab_size}, got {self.draft_vocab_size}")
         if self.target_vocab_size is not None and self.vocab_size is not None:
@@ -111,7 +124,9 @@ class PardConfig(PreTrainedConfig):
         feature_injection: bool = False,
         **overrides,
     ) -> PardConfig:
-        """A PARD config for `target` over a causal LM with `lm_config` (same tokenizer)."""
+        """A PARD config for `target` over a causal LM with `lm_config` (same tokenizer). The taps default to
+        `build_target_layer_ids(layers, num_target_taps)`; pass `target_layer_ids` (e.g. PARD-2's [-1, -8, -16, -24])
+        to choose them."""
         text = target_config.get_text_config()
         lm = lm_config.get_text_config()
         if lm.vocab_size < min(text.vocab_size, mask_token_id + 1):

@@ -13,6 +13,7 @@ also be saved alone: its config names the PARD drafter underneath (`backbone`), 
 
 from __future__ import annotations
 
+import functools
 import inspect
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from transformers import AutoModelForCausalLM, PreTrainedModel
 
 from ..attach import HEAD_WEIGHTS, is_head_folder, load_head_folder
 from ..base_models import missing_base_hint, resolve_base_model
-from ..checkpoints import read_config_dict
+from ..checkpoints import load_checked, read_config_dict
 from ..registry import build_head, published_format
 from ..settings import SavedDecoding
 from .configuration_pard import PardConfig
@@ -31,6 +32,7 @@ from .layout import block_layout, layout_features
 
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 DRAFT_VOCAB = "draft_vocab.safetensors"  # beside an adapter: the ids the head scores
+FEATURES = "feature_proj.safetensors"  # beside an adapter that does not hold it: the target-feature projection
 
 
 class PardDrafter(SavedDecoding, PreTrainedModel):
@@ -49,12 +51,10 @@ class PardDrafter(SavedDecoding, PreTrainedModel):
     def __init__(self, config: PardConfig, lm: PreTrainedModel | None = None) -> None:
         super().__init__(config)
         self.lm = lm if lm is not None else AutoModelForCausalLM.from_config(config.lm_config())
-        self.feature_proj = (
-            None  # PARD-2 style: tapped target features of token t-1, projected, added to token t's input
-        )
+        self.feature_proj = None  # PARD-2: tapped target features of token t-1, projected, scaled, added to token t's
         if config.feature_injection:
             taps = len(config.target_layer_ids) * config.target_hidden_size
-            self.feature_proj = nn.Linear(taps, config.hidden_size, bias=False)
+            self.feature_proj = nn.Linear(taps, config.hidden_size, bias=config.feature_bias)
         vocab = None if config.draft_vocab_size is None else torch.arange(config.draft_vocab_size)  # (Vd,)
         self.register_buffer("draft_vocab", vocab, persistent=True)  # filled from the checkpoint or set_draft_vocab
         self.post_init()
@@ -64,6 +64,26 @@ class PardDrafter(SavedDecoding, PreTrainedModel):
         # The LM arrives initialised (from_config) or trained (from_pretrained); only the projection is ours.
         if module is self.feature_proj:
             nn.init.zeros_(module.weight)  # a fresh projection leaves the LM's drafts unchanged
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+
+    def add_feature_injection(
+        self, target_config, target_layer_ids: list[int], scale: float = 0.02, bias: bool = False
+    ) -> None:
+        """Read the target's features from now on (PARD-2's fusion, `PardConfig.feature_injection`): a zero
+        projection of the listed layers, so the drafter drafts exactly as before until it is trained."""
+        if self.feature_proj is not None:
+            raise ValueError("this PARD drafter already reads target features")
+        text = target_config.get_text_config()
+        self.config.feature_injection, self.config.target_layer_ids = True, list(target_layer_ids)
+        self.config.feature_scale, self.config.feature_bias = float(scale), bool(bias)
+        self.config.target_hidden_size = text.hidden_size
+        self.config.target_num_hidden_layers = text.num_hidden_layers
+        self.config.validate_drafter()
+        weight = self.get_input_embeddings().weight
+        proj = nn.Linear(len(target_layer_ids) * text.hidden_size, self.config.hidden_size, bias=bias)
+        self.feature_proj = proj.to(device=weight.device, dtype=weight.dtype)
+        self._init_weights(self.feature_proj)
 
     def set_draft_vocab(self, token_ids: torch.LongTensor) -> None:
         """Score only `token_ids` with the drafter's head (e.g. the most frequent target tokens)."""
@@ -98,14 +118,15 @@ class PardDrafter(SavedDecoding, PreTrainedModel):
         return self.lm.get_output_embeddings()
 
     def input_embeddings(self, input_ids: torch.LongTensor, features: torch.Tensor | None) -> torch.Tensor:
-        """(B, S, H) embeddings of `input_ids`, plus the projected features of the previous token when given.
+        """(B, S, H) embeddings of `input_ids`, plus the scaled projected features of the previous token when given
+        (PARD-2: `embed(token_t) + feature_scale * feature_proj(feat_{t-1})`).
 
         `features`: (B, S, L*H) target features aligned with `input_ids` (row s = features of the token before
-        input s; zeros where none is known, e.g. mask slots)."""
+        input s; zeros before the first token; a mask slot gets its anchor's)."""
         embeds = self.lm.get_input_embeddings()(input_ids)  # (B, S, H)
         if self.feature_proj is None or features is None:
             return embeds
-        return embeds + self.feature_proj(features.to(embeds.dtype))
+        return embeds + self.config.feature_scale * self.feature_proj(features.to(embeds.dtype))
 
     def forward(
         self,
@@ -159,10 +180,13 @@ class PardDrafter(SavedDecoding, PreTrainedModel):
         reads (`models/formats/pard.py`: PARD-1) loads the LM it holds with its mask id."""
         folder = Path(pretrained_model_name_or_path)
         published = published_format(read_config_dict(folder), cls.config_class.model_type) if folder.is_dir() else None
-        if published is not None:  # a published layout (AMD's PARD-1: the LM as it is, plus its mask id)
+        if published is not None:  # a published layout (AMD's PARD-1/2: the LM as it is, its mask id, a projection)
             config = published.to_config(read_config_dict(folder))
             config.base_model = str(folder)
-            return cls.from_base(config, dtype=kwargs.get("dtype"), device_map=kwargs.get("device_map"))
+            drafter = cls.from_base(
+                config, dtype=kwargs.get("dtype"), device_map=kwargs.get("device_map"), exact=published
+            )
+            return drafter
         if folder.is_dir() and not any(folder.glob("model*.safetensors")):
             if is_head_folder(folder):
                 return load_head_folder(folder, dtype=kwargs.get("dtype"), device_map=kwargs.get("device_map"))
@@ -177,17 +201,23 @@ class PardDrafter(SavedDecoding, PreTrainedModel):
         return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
 
     @classmethod
-    def from_base(cls, config: PardConfig, dtype=None, device_map=None, relative_to=None) -> PardDrafter:
-        """A drafter with the weights of `config.base_model` (no adapter)."""
+    def from_base(cls, config: PardConfig, dtype=None, device_map=None, relative_to=None, exact=None) -> PardDrafter:
+        """A drafter with the weights of `config.base_model` (no adapter). `exact`: the published layout the folder
+        is in; its LM must then load whole (no tensor missing or stray, `models/checkpoints.load_checked`) and the
+        layout puts its own tensors in place (`PublishedFormat.after_load`)."""
         if not config.base_model:
             raise ValueError("this PARD config names no base_model; load full weights or set config.base_model")
         where = resolve_base_model(config.base_model, relative_to)
+        load = functools.partial(AutoModelForCausalLM.from_pretrained, dtype=dtype or "auto", device_map=device_map)
         try:
-            lm = AutoModelForCausalLM.from_pretrained(where, dtype=dtype or "auto", device_map=device_map)
+            lm = load(where) if exact is None else load_checked(load, where, published=_LayoutTensors(exact))
         except OSError as err:
             raise OSError(missing_base_hint(config.base_model)) from err
         drafter = cls(config, lm=lm)
-        return drafter.to(device=lm.device, dtype=lm.dtype)
+        drafter = drafter.to(device=lm.device, dtype=lm.dtype)
+        if exact is not None:
+            exact.after_load(drafter, where, {})
+        return drafter
 
     @classmethod
     def from_adapter_folder(cls, folder: str | Path, dtype=None, device_map=None, merge: bool = True) -> PardDrafter:
@@ -200,6 +230,9 @@ class PardDrafter(SavedDecoding, PreTrainedModel):
         if merge:
             drafter = PeftModel.from_pretrained(drafter, str(folder)).merge_and_unload()
             drafter.config = config
+        if (Path(folder) / FEATURES).is_file():  # an adapter trained on from one without features
+            weights = load_file(str(Path(folder) / FEATURES))
+            drafter.feature_proj.load_state_dict({k: v.to(drafter.dtype) for k, v in weights.items()})
         if (Path(folder) / DRAFT_VOCAB).is_file():
             drafter.draft_vocab = load_file(str(Path(folder) / DRAFT_VOCAB))["draft_vocab"].to(drafter.device)
         elif config.draft_vocab_size is not None:
@@ -239,10 +272,38 @@ class PardDrafter(SavedDecoding, PreTrainedModel):
         return torch.cat([at_anchor, at_anchor, masks], dim=1)  # (n, K, H)
 
     def save_adapter_folder(self, folder: str | Path) -> None:
-        """What an adapter folder holds besides peft's adapter files: this kind's config and the draft vocabulary."""
+        """What an adapter folder holds besides peft's adapter files: this kind's config, the draft vocabulary, and
+        the feature projection when peft's adapter does not hold it (an adapter trained on from one without)."""
         self.config.save_pretrained(folder)
         if self.draft_vocab is not None:
             save_file({"draft_vocab": self.draft_vocab.cpu().contiguous()}, str(Path(folder) / DRAFT_VOCAB))
+        if self.feature_proj is not None and not _adapter_holds(folder, "feature_proj"):
+            proj = self.feature_proj
+            proj = getattr(proj, "modules_to_save", {}).get("default", proj)  # peft's trained copy, if wrapped
+            weights = {k: v.detach().cpu().contiguous() for k, v in proj.state_dict().items()}
+            save_file(weights, str(Path(folder) / FEATURES))
 
 
-__all__ = ["ADAPTER_WEIGHTS", "DRAFT_VOCAB", "HEAD_WEIGHTS", "PardDrafter"]
+def _adapter_holds(folder: str | Path, module: str) -> bool:
+    """Whether the peft adapter saved in `folder` holds tensors of `module`."""
+    from safetensors import safe_open
+
+    path = Path(folder) / ADAPTER_WEIGHTS
+    if not path.is_file():
+        return False
+    with safe_open(str(path), "pt") as f:
+        return any(f".{module}." in key for key in f.keys())
+
+
+class _LayoutTensors:
+    """A published layout as `load_checked` sees it while the LM alone loads: the layout's own tensors (a PARD-2
+    projection) are not stray; they go in place once the drafter is built."""
+
+    def __init__(self, published) -> None:
+        self.published = published
+
+    def after_load(self, lm, path, hub) -> tuple[bool, set[str]]:
+        return False, {"target_proj.weight", "target_proj.bias"}
+
+
+__all__ = ["ADAPTER_WEIGHTS", "DRAFT_VOCAB", "FEATURES", "HEAD_WEIGHTS", "PardDrafter"]
