@@ -1,5 +1,6 @@
 """Export a drafter in a published layout, to serve it with vLLM, SGLang or TensorRT-LLM: a block drafter as z-lab's
-DFlash (the default), a PARD drafter as AMD's PARD-1 (`--format pard`) or, when it reads target features, PARD-2
+DFlash (the default), as transformers' native DFlash (`--format native`) or as Red Hat speculators' DFlash
+(`--format speculators`), a PARD drafter as AMD's PARD-1 (`--format pard`) or, when it reads target features, PARD-2
 (`--format pard2`).
 
     python scripts/export_drafter.py --format pard --drafter drafters/qwen2.5-coder-1.5b-pard --output exported/pard
@@ -18,6 +19,14 @@ reloads the folder with hf_specdec and checks that it gives back the same drafte
 - DCOCO and DBLAST drafters: only their block backbone is exported, with a warning; the corrector and the mixture
   head are not part of the DFlash layout, so vLLM and SGLang draft with the backbone alone.
 - Anything else (a target model, an unrelated checkpoint) is refused.
+- `--format native` writes transformers' `muse_glimmer_assistant` layout (`encoder.fc`, `encoder.output_norm_enc`,
+  top-level `block_size`/`mask_token_id`/`target_layer_ids`), which `transformers.AutoModel` loads as
+  `MuseGlimmerAssistantModel` for `generate(assistant_model=..., speculation_type="dflash")`
+  (`hf_specdec.models.formats.native_dflash`).
+- `--format speculators` (needs `--target`) writes what speculators' DFlash converter writes: `speculators_config`,
+  `aux_hidden_state_layer_ids` (the taps + 1) and the target's embeddings and LM head (`hf_specdec.models.formats.
+  speculators`); vLLM's speculators reader takes the method, the verifier and num_speculative_tokens from it (read
+  from vLLM's `transformers_utils/configs/speculators/`, not run here).
 - `--format pard` writes the PARD drafter's LM (a LoRA adapter merged) under its own architecture with `pard_token`
   and `spd_type` and the base's tokenizer files (`hf_specdec.models.formats.pard.export_and_check_pard`);
   `transformers.AutoModelForCausalLM` loads it as a plain LM. `--format pard2` adds the `pard2_*` keys and
@@ -46,10 +55,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--format",
         default="dflash",
-        choices=["dflash", "pard", "pard2"],
-        help="dflash (a block drafter), pard (PARD-1) or pard2 (PARD-2: a PARD drafter with target features)",
+        choices=["dflash", "native", "speculators", "pard", "pard2"],
+        help="dflash (z-lab's, a block drafter), native (transformers' DFlash), speculators (Red Hat's DFlash), "
+        "pard (PARD-1) or pard2 (PARD-2: a PARD drafter with target features)",
     )
-    parser.add_argument("--target", default=None, help="the target model; needed when the drafter has a draft vocab")
+    parser.add_argument(
+        "--target", default=None, help="the target model; needed for speculators and when the drafter has a draft vocab"
+    )
     return parser
 
 
@@ -63,7 +75,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.format in ("pard", "pard2"):
             export_and_check_pard(args.drafter, args.output, args.format)
         else:
-            export_and_check(args.drafter, args.output, target_path=args.target)
+            export_and_check(args.drafter, args.output, target_path=args.target, format=args.format)
     except ValueError as err:  # not a drafter, non-empty output, missing --target, failed round trip
         raise SystemExit(str(err)) from None
 

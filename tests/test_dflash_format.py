@@ -201,9 +201,24 @@ def test_a_zlab_config_without_taps_gets_zlabs_default_taps(tmp_path):
 
 @pytest.mark.parametrize(
     "change",
-    [{"layer_types": ["sliding_attention"] * LAYERS}, {"use_sliding_window": True, "sliding_window": 64}],
+    [
+        {"layer_types": ["sliding_attention"] * LAYERS},
+        {"use_sliding_window": True, "sliding_window": 64},
+        {"dflash_config": {**zlab_config()["dflash_config"], "use_swa": True}},  # vLLM's switch (qwen3_dflash.py)
+    ],
 )
 def test_sliding_window_drafter_layers_are_refused_not_read_as_full_attention(tmp_path, change):
+    """z-lab's sliding layers have no single meaning (full attention or a flash window in z-lab's code, causal
+    within the block in vLLM), so they are not read as the native layout's bidirectional window either."""
     write_zlab(tmp_path, {**zlab_config(), **change})
     with pytest.raises(ValueError, match="sliding-window layers"):
+        BlockDrafter.from_pretrained(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "change", [{"is_causal": True}, {"dflash_config": {**zlab_config()["dflash_config"], "causal": True}}]
+)
+def test_causal_block_attention_is_refused(tmp_path, change):
+    write_zlab(tmp_path, {**zlab_config(), **change})
+    with pytest.raises(ValueError, match="causal attention within the block"):
         BlockDrafter.from_pretrained(tmp_path)

@@ -8,7 +8,8 @@ output of layer l", the same convention as ours); the target's own embeddings an
 the drafts, over the target's whole vocabulary. The one model class in transformers that meets it is
 `MuseGlimmerAssistantModel`, the DFlash architecture: the same layers as our `BlockDrafter`, with `fc` and
 `hidden_norm` renamed `encoder.fc` and `encoder.output_norm_enc` (tests/test_dflash_format.py checks that both
-give the same hidden states). So a drafter converts in memory: a config from ours, the backbone tensors renamed.
+give the same hidden states). So a drafter converts in memory: a config from ours, the backbone tensors renamed,
+both as `models/formats/native_dflash.py` writes them to a folder.
 
 What cannot run natively, and why (`native_dflash_refusal`): a drafter with biased attention projections
 (transformers' class has none), and drafters whose proposal is more than the backbone (DCOCO and DBLAST heads,
@@ -22,9 +23,9 @@ import torch
 
 from ..models.block_drafter import BlockDrafter
 from ..models.formats.dflash import dflash_weight_names
+from ..models.formats.native_dflash import native_config_kwargs, native_state_dict
 
 SPECULATION_TYPE = "dflash"
-_RENAMED = {"fc.weight": "encoder.fc.weight", "hidden_norm.weight": "encoder.output_norm_enc.weight"}
 
 
 def native_dflash_refusal(drafter: torch.nn.Module) -> str | None:
@@ -59,32 +60,13 @@ def native_dflash_assistant(drafter: BlockDrafter, target: torch.nn.Module | Non
         raise ValueError(f"native DFlash cannot run this drafter: {reason}")
     from transformers import MuseGlimmerAssistantConfig, MuseGlimmerAssistantModel
 
-    cfg = drafter.config
-    special = target.config if target is not None else cfg
+    special = target.config.get_text_config() if target is not None else None
     config = MuseGlimmerAssistantConfig(
-        hidden_size=cfg.hidden_size,
-        intermediate_size=cfg.intermediate_size,
-        num_hidden_layers=cfg.num_hidden_layers,
-        num_attention_heads=cfg.num_attention_heads,
-        num_key_value_heads=cfg.num_key_value_heads,
-        head_dim=cfg.head_dim,
-        rms_norm_eps=cfg.rms_norm_eps,
-        hidden_act=cfg.hidden_act,
-        rope_parameters=dict(cfg.rope_parameters or {"rope_type": "default", "rope_theta": cfg.default_theta}),
-        max_position_embeddings=cfg.max_position_embeddings,
-        layer_types=["full_attention"] * cfg.num_hidden_layers,
-        block_size=cfg.block_size,
-        mask_token_id=cfg.mask_token_id,
-        target_layer_ids=list(cfg.target_layer_ids),
-        bos_token_id=getattr(special, "bos_token_id", None),
-        eos_token_id=getattr(special, "eos_token_id", None),
-        pad_token_id=getattr(special, "pad_token_id", None),
-        attn_implementation=cfg._attn_implementation,
+        **native_config_kwargs(drafter.config, special), attn_implementation=drafter.config._attn_implementation
     )
     with torch.device("meta"):
         assistant = MuseGlimmerAssistantModel(config)
-    state = {_RENAMED.get(k, k): v for k, v in drafter.state_dict().items() if k != "draft_vocab"}
-    assistant.load_state_dict(state, strict=False, assign=True)
+    assistant.load_state_dict(native_state_dict(drafter), strict=False, assign=True)
     missing = [n for n, p in assistant.named_parameters() if p.is_meta]
     if missing:
         raise ValueError(f"native DFlash conversion left tensors unset: {missing[:4]}")

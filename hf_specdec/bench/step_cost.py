@@ -73,6 +73,7 @@ def _same_rows(cache: DraftContextCache) -> DraftContextCache:
     copy = DraftContextCache()
     for layer, (keys, values) in enumerate(zip(cache.keys, cache.values, strict=True)):
         copy.extend(layer, keys, values)
+    copy.positions = cache.positions  # the rows' positions (kept by drafters with sliding-window layers)
     return copy
 
 

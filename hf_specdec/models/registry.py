@@ -129,7 +129,9 @@ class PublishedFormat:
     recognises: whether a `config.json` (as a dict) is in this layout;
     to_config: that dict as the base's config;
     after_load: (model, path, hub kwargs) -> (whether it restored the draft vocabulary, the layout's tensors it read
-        itself): what the layout keeps its own way, put in place after the weights loaded.
+        itself): what the layout keeps its own way, put in place after the weights loaded;
+    key_mapping: the layout's tensor names (regular expressions) -> the base's, for a layout that names the same
+        tensors otherwise (transformers' `from_pretrained(key_mapping=...)`); None when the names are the base's.
     """
 
     name: str
@@ -137,6 +139,7 @@ class PublishedFormat:
     recognises: Callable[[dict], bool]
     to_config: Callable[[dict], PretrainedConfig]
     after_load: Callable[[PreTrainedModel, object, dict], tuple[bool, set[str]]]
+    key_mapping: dict[str, str] | None = None
 
 
 _BY_CLASS: dict[type, DrafterKind] = {}

@@ -15,6 +15,8 @@ from transformers.modeling_rope_utils import RopeParameters
 from ..registry import check_head
 from ..settings import DecodingSettings
 
+LAYER_TYPES = ("full_attention", "sliding_attention")
+
 
 def build_target_layer_ids(num_target_layers: int, num_taps: int) -> list[int]:
     """Target layers whose outputs the drafter reads (DFlash, Chen et al. 2026, `build_target_layer_ids`).
@@ -44,6 +46,10 @@ class BlockDrafterConfig(PreTrainedConfig):
         block_size: tokens per drafting block, anchor included; one drafter pass proposes `block_size - 1` tokens.
         mask_token_id: id filling the block after the anchor. Required: there is no safe default.
         target_layer_ids: 0-based target decoder layers whose outputs are fused into the drafter's keys/values.
+        layer_types: "full_attention" (default: every layer) or "sliding_attention" per drafter layer. A sliding layer
+            lets a block query at position p attend to the keys (context rows and block slots) at positions k with
+            |p - k| <= sliding_window, transformers' bidirectional sliding window (`MuseGlimmerAssistantModel`).
+        sliding_window: the window of the sliding layers (required when there is one).
         target_model_type / target_hidden_size / target_num_hidden_layers / target_vocab_size: the target the
             drafter was built for; checked against the target at `generate()` time.
         target_name_or_path / target_revision: where that target came from, when known (informational).
@@ -69,6 +75,8 @@ class BlockDrafterConfig(PreTrainedConfig):
     attention_dropout: float | int = 0.0
     max_position_embeddings: int = 32768
     rope_parameters: RopeParameters | dict | None = None
+    layer_types: list[str] | None = None
+    sliding_window: int | None = None
     initializer_range: float = 0.02
     block_size: int = 8
     mask_token_id: int | None = None
@@ -96,6 +104,8 @@ class BlockDrafterConfig(PreTrainedConfig):
             self.vocab_size = self.target_vocab_size
         if self.target_hidden_size is None:
             self.target_hidden_size = self.hidden_size
+        if self.layer_types is None:
+            self.layer_types = ["full_attention"] * self.num_hidden_layers
         super().__post_init__(**kwargs)
         self.validate_drafter()
 
@@ -121,6 +131,16 @@ class BlockDrafterConfig(PreTrainedConfig):
             raise ValueError(
                 f"target_layer_ids {self.target_layer_ids} reach past the target's "
                 f"{self.target_num_hidden_layers} layers."
+            )
+        if len(self.layer_types) != self.num_hidden_layers or not set(self.layer_types) <= set(LAYER_TYPES):
+            raise ValueError(
+                f"layer_types {self.layer_types} must name one of {LAYER_TYPES} for each of the "
+                f"{self.num_hidden_layers} drafter layers."
+            )
+        if "sliding_attention" in self.layer_types and not (self.sliding_window or 0) >= 1:
+            raise ValueError(
+                f"the drafter has sliding-window layers but sliding_window is {self.sliding_window}; "
+                "set it to the window (in positions) the checkpoint was trained with."
             )
         if self.num_attention_heads % self.num_key_value_heads:
             raise ValueError(
@@ -185,4 +205,4 @@ class BlockDrafterConfig(PreTrainedConfig):
         return cls(**fields)
 
 
-__all__ = ["BlockDrafterConfig", "build_target_layer_ids"]
+__all__ = ["LAYER_TYPES", "BlockDrafterConfig", "build_target_layer_ids"]

@@ -9,7 +9,12 @@ embeddings and scores with the target's LM head, so its checkpoint holds only it
 
 Weight names follow the published z-lab DFlash layout (`fc`, `hidden_norm`, `layers.N.self_attn.{q,k,v,o}_proj`,
 `q_norm`, `k_norm`, `mlp`, `norm`), so those checkpoints load without conversion of tensors (the config is
-translated by `models/formats/dflash.py`, registered as a published format of this base).
+translated by `models/formats/dflash.py`, registered as a published format of this base; `models/formats/` reads
+the other DFlash layouts the same way).
+
+Layers attend fully by default; `config.layer_types` may make some "sliding_attention": a block query at position
+p then sees only the keys at positions within `config.sliding_window` of p (transformers' bidirectional sliding
+window, as its `MuseGlimmerAssistantModel` applies it), context rows and block slots alike.
 
 Shapes: B batch, S block length (anchor included), C new context rows, P = C + S positions, H hidden,
 L tapped target layers, h heads, d head dim.
@@ -45,12 +50,14 @@ class DraftContextCache:
     """Projected context keys/values per drafter layer.
 
     Only committed context rows are kept: the block's own keys/values are used in the pass that makes them
-    and never stored, so nothing has to be cropped between drafting rounds.
+    and never stored, so nothing has to be cropped between drafting rounds. A drafter with sliding-window layers
+    also keeps the rows' positions (`positions`, (B, rows)): its window is measured in positions.
     """
 
     def __init__(self) -> None:
         self.keys: list[torch.Tensor | None] = []
         self.values: list[torch.Tensor | None] = []
+        self.positions: torch.Tensor | None = None
 
     def get_seq_length(self) -> int:
         return 0 if not self.keys or self.keys[0] is None else self.keys[0].shape[-2]
@@ -210,10 +217,44 @@ class BlockDrafter(SavedDecoding, BlockDrafterPreTrainedModel):
         """
         context = self.fuse_target_features(target_features)  # (B, C, H)
         position_embeddings = self.rotary_emb(noise_embeds, position_ids)  # 2 x (B, P, d)
+        masks = {"full_attention": attention_mask}
+        if "sliding_attention" in self.config.layer_types:
+            masks["sliding_attention"] = self.sliding_window_mask(noise_embeds, position_ids, attention_mask, cache)
+            if cache is not None:  # the new context rows' positions, for the next pass's window
+                new = position_ids[:, : context.shape[1]]
+                cache.positions = new if cache.positions is None else torch.cat([cache.positions, new], dim=1)
         hidden = noise_embeds
-        for layer in self.layers:
-            hidden = layer(hidden, context, position_embeddings, attention_mask, cache)
+        for layer, layer_type in zip(self.layers, self.config.layer_types, strict=True):
+            hidden = layer(hidden, context, position_embeddings, masks[layer_type], cache)
         return BaseModelOutputWithPast(last_hidden_state=self.norm(hidden))
+
+    def sliding_window_mask(
+        self,
+        noise_embeds: torch.Tensor,
+        position_ids: torch.LongTensor,
+        attention_mask: torch.Tensor | None,
+        cache: DraftContextCache | None,
+    ) -> torch.Tensor:
+        """(B, 1, S, cached + C + S) additive mask of the sliding layers: a query at position p sees a key at
+        position k iff |p - k| <= sliding_window (and `attention_mask` lets it).
+
+        This is transformers' bidirectional sliding window as `MuseGlimmerAssistantModel` applies it in its DFlash
+        loop (`masking_utils.sliding_window_bidirectional_overlay`, with `DFlashCache` offsets that make query and
+        key indices the tokens' positions). Built every pass, even when the window covers every key: deciding that
+        would read the positions back to the host.
+        """
+        keys = position_ids  # (B, C + S) positions of the new context rows, then the block
+        if cache is not None and cache.get_seq_length():
+            if cache.positions is None:
+                raise RuntimeError(
+                    "this drafter has sliding-window layers, but its context cache holds rows without positions; "
+                    "fill the cache through the drafter's forward (it records them)."
+                )
+            keys = torch.cat([cache.positions.to(keys.device), keys], dim=1)  # (B, cached + C + S)
+        queries = position_ids[:, -noise_embeds.shape[1] :]  # (B, S)
+        inside = (queries[:, :, None] - keys[:, None, :]).abs() <= self.config.sliding_window  # (B, S, N)
+        allowed = attention_mask if attention_mask is not None else noise_embeds.new_zeros(())
+        return torch.where(inside[:, None], allowed, torch.finfo(allowed.dtype).min)  # (B, 1, S, N)
 
     def anchor_states(
         self, ids: torch.LongTensor, features: torch.Tensor, anchors: torch.LongTensor, embed: nn.Module
@@ -248,8 +289,8 @@ class BlockDrafter(SavedDecoding, BlockDrafterPreTrainedModel):
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
         """Load our format or a published layout a format module reads into this base (z-lab's DFlash: a config with
-        `dflash_config`, `models/formats/dflash.py`), without remote code; a folder holding a head alone loads the
-        drafter it names with the head on top."""
+        `dflash_config`; transformers' native `muse_glimmer_assistant`; speculators' `dflash`: `models/formats/`),
+        without remote code; a folder holding a head alone loads the drafter it names with the head on top."""
         if is_head_folder(pretrained_model_name_or_path):
             return load_head_folder(pretrained_model_name_or_path, kwargs.get("dtype"), kwargs.get("device_map"))
         raw = None
@@ -258,9 +299,16 @@ class BlockDrafter(SavedDecoding, BlockDrafterPreTrainedModel):
         published = published_format(raw, cls.config_class.model_type)
         if published is not None and kwargs.get("config") is None:
             kwargs["config"] = published.to_config(raw)
-        return load_checked(
+        if published is not None and published.key_mapping and "key_mapping" not in kwargs:
+            kwargs["key_mapping"] = published.key_mapping  # the layout's tensor names -> ours
+        loaded = load_checked(
             super().from_pretrained, pretrained_model_name_or_path, *args, published=published, **kwargs
         )
+        if published is not None and published.key_mapping:
+            # transformers would save the model back under the layout's names (it reverts a load's key mapping on
+            # save_pretrained); it saves in our format, under ours
+            (loaded[0] if isinstance(loaded, tuple) else loaded)._weight_conversions = None
+        return loaded
 
 
 def default_mask_token_id(target: PreTrainedModel) -> int:

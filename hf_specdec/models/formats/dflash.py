@@ -87,8 +87,14 @@ def block_drafter_config_from_dflash(config: dict) -> BlockDrafterConfig:
 
     Both z-lab layouts are read: `block_size` at the top level (Qwen3, LLaMA) or inside `dflash_config` (Qwen3.5 and
     newer; the speculators converter reads both the same way). Without `target_layer_ids`, the taps are z-lab's own
-    default (`build_target_layer_ids(num_target_layers, num_hidden_layers)`, `dflash/model.py`). Sliding-window
-    drafter layers are not implemented here and are refused, never read as full attention.
+    default (`build_target_layer_ids(num_target_layers, num_hidden_layers)`, `dflash/model.py`).
+
+    Sliding-window drafter layers are refused, never read as full attention or as transformers' bidirectional
+    window (which the block drafter implements for the native layout): z-lab's own code gives them no single
+    meaning (`dflash/model.py` @ 44947fb passes `sliding_window` to the attention function, which eager and SDPA
+    ignore and flash-attention applies as a symmetric window of `sliding_window - 1`), and vLLM runs them causally
+    within the block (`vllm/model_executor/models/qwen3_dflash.py` @ 036a00d, `_dflash_layer_causal`). The same
+    holds for vLLM's other attention switches in a DFlash config (`dflash_config.use_swa` / `causal`, `is_causal`).
     """
     dflash = config["dflash_config"]
     block_size = dflash.get("block_size", config.get("block_size"))
@@ -102,11 +108,18 @@ def block_drafter_config_from_dflash(config: dict) -> BlockDrafterConfig:
             "a DFlash checkpoint needs `block_size` and `dflash_config.{mask_token_id,target_layer_ids}`."
         )
     sliding = [t for t in config.get("layer_types") or () if t != "full_attention"]
-    if sliding or (config.get("use_sliding_window") and config.get("sliding_window")):
+    if sliding or (config.get("use_sliding_window") and config.get("sliding_window")) or dflash.get("use_swa"):
         raise ValueError(
             f"this DFlash drafter has sliding-window layers (layer_types {config.get('layer_types')}, sliding_window "
-            f"{config.get('sliding_window')}); hf_specdec's block drafter implements full attention only and does "
-            "not load it rather than draft with the wrong attention."
+            f"{config.get('sliding_window')}); z-lab's layout gives them no single meaning (their code runs them as "
+            "full attention or a flash-attention window, vLLM causally within the block), so hf_specdec does not "
+            "load it rather than draft with other attention than it was trained with."
+        )
+    causal = {k: v for k, v in (("is_causal", config.get("is_causal")), ("causal", dflash.get("causal"))) if v}
+    if causal:
+        raise ValueError(
+            f"this DFlash drafter asks for causal attention within the block ({causal}); hf_specdec's block drafter "
+            "attends bidirectionally within the block and does not load it rather than draft with other attention."
         )
     fields = {k: config[k] for k in _ARCH_FIELDS if config.get(k) is not None}
     rope = config.get("rope_parameters") or config.get("rope_scaling") or {}
@@ -154,6 +167,12 @@ def draft_vocab_from_dflash_checkpoint(path: str | os.PathLike, **hub_kwargs) ->
     config = read_config_dict(path, **hub_kwargs)
     if config is None or not is_dflash_config(config) or not _has_draft_vocab(config):
         return None
+    return draft_vocab_from_d2t(path, **hub_kwargs)
+
+
+def draft_vocab_from_d2t(path: str | os.PathLike, **hub_kwargs) -> torch.LongTensor:
+    """(Vd,) target ids of the reduced vocabulary a checkpoint keeps as EAGLE-3 `d2t` offsets (DFlash, speculators);
+    ValueError when its single `model.safetensors` has no `d2t`."""
     weights = cached_file(str(path), "model.safetensors", _raise_exceptions_for_missing_entries=False, **hub_kwargs)
     if weights is None:
         raise ValueError(f"{path!s} sets draft_vocab_size but has no single model.safetensors to read `d2t` from.")
@@ -183,6 +202,12 @@ def dflash_config_from_block_drafter(config: BlockDrafterConfig) -> dict:
     """
     if config.vocab_size is None:
         raise ValueError("the drafter's config has no vocab_size (the target's); set it before exporting.")
+    if "sliding_attention" in config.layer_types:
+        raise ValueError(
+            f"this drafter has sliding-window layers (layer_types {config.layer_types}); in z-lab's DFlash layout "
+            "vLLM runs them causally within the block, another attention than this drafter's. Export it with "
+            "format 'native' (transformers' DFlash), which runs them as this drafter does."
+        )
     rope = dict(config.rope_parameters or {})
     rope_theta = rope.pop("rope_theta", BlockDrafterConfig.default_theta)
     out = {
@@ -216,17 +241,18 @@ def draft_vocab_tensors(draft_vocab: torch.Tensor, vocab_size: int, lm_head_weig
     }
 
 
-def _check_block_drafter(drafter) -> None:
+def check_block_drafter(drafter) -> None:
+    """TypeError unless `drafter` is a block drafter (the DFlash layouts hold nothing else)."""
     if not isinstance(getattr(drafter, "config", None), BlockDrafterConfig):
         raise TypeError(
-            f"only block drafters export to the DFlash layout, got {type(drafter).__name__}. "
+            f"only block drafters export to the DFlash layouts, got {type(drafter).__name__}. "
             "Load one with `hf_specdec.load_drafter(path)`."
         )
 
 
 def dflash_state_dict(drafter, target: PreTrainedModel | None = None) -> dict[str, torch.Tensor]:
     """The drafter's tensors under DFlash names; a drafter with a draft vocabulary needs its `target` (LM head)."""
-    _check_block_drafter(drafter)
+    check_block_drafter(drafter)
     state = drafter.state_dict()
     names = dflash_weight_names(drafter.config)
     dropped = sorted({k.split(".")[0] for k in state if k not in names and k != "draft_vocab"})
@@ -260,7 +286,7 @@ def export_dflash(drafter, out_dir: str | os.PathLike, target: PreTrainedModel |
     (`--speculative-algorithm DFLASH --speculative-draft-model-path out_dir`) load as a DFlash drafter, and what
     `BlockDrafter.from_pretrained` / `hf_specdec.load_drafter` read back into an identical drafter.
     """
-    _check_block_drafter(drafter)
+    check_block_drafter(drafter)
     config = dflash_config_from_block_drafter(drafter.config)
     tensors = dflash_state_dict(drafter, target)
     config["torch_dtype"] = str(tensors["fc.weight"].dtype).removeprefix("torch.")
@@ -285,10 +311,12 @@ __all__ = [
     "DFLASH_ARCHITECTURE",
     "FORMAT",
     "block_drafter_config_from_dflash",
+    "check_block_drafter",
     "config_from_dflash_checkpoint",
     "dflash_config_from_block_drafter",
     "dflash_state_dict",
     "dflash_weight_names",
+    "draft_vocab_from_d2t",
     "draft_vocab_from_dflash_checkpoint",
     "draft_vocab_tensors",
     "export_dflash",
