@@ -63,6 +63,11 @@ def main() -> None:
     print(f"with block drafter  : {n_spec / t_spec:6.2f} tokens/s ({n_spec} tokens, {t_spec:.1f} s)")
     print(f"speedup             : {t_plain / t_spec * n_spec / max(n_plain, 1):.2f}x")
     print(f"tau (tokens/forward): {stats.tau:.2f}   accepted-length histogram: {stats.histogram}")
+    if stats.plain_steps:  # the adaptive budget found that drafting does not pay here for these steps
+        print(
+            f"plain steps         : {stats.plain_steps} of {stats.row_steps} (drafting did not pay on this machine "
+            f"then); tau over drafted steps {stats.drafted_tau:.2f}"
+        )
     print(f"drafter settings    : {type(drafter).__name__}, block {drafter.config.block_size}, {drafter.decoding}")
     print(f"output identical    : {same}" + ("" if same or dtype == torch.float32 else " (bf16 verify numerics)"))
 

@@ -69,6 +69,19 @@ class AcceptanceStats:
         return self.committed_tokens / self.row_steps if self.row_steps else 0.0
 
     @property
+    def plain_steps(self) -> int:
+        """Row steps that verified no draft: the adaptive budget ran a plain one-token step because drafting did not
+        pay on this machine (docs/budget.md), or no room was left to draft."""
+        return sum(1 for d in self.drafted if d == 0)
+
+    @property
+    def drafted_tau(self) -> float:
+        """tau over the row steps that verified drafts: what the drafter achieves when it runs (`tau` also counts
+        plain steps, each committing one token)."""
+        steps = [a for a, d in zip(self.accepted, self.drafted, strict=True) if d]
+        return (sum(steps) + len(steps)) / len(steps) if steps else 0.0
+
+    @property
     def acceptance_rate(self) -> float:
         """Accepted draft tokens over proposed draft tokens."""
         total = sum(self.drafted)
