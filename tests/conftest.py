@@ -155,6 +155,19 @@ def assert_batch_and_server_equal_plain(target, drafter, prompts: list, new_toke
         assert torch.equal(request.output_ids, alone)
 
 
+def fed_ids(target, prompt, new_tokens: int = 24, **kwargs) -> tuple[torch.Tensor, list[list[int]]]:
+    """(greedy output ids, the ids of every target forward after the prefill): what was drafted, step by step."""
+    fed: list[list[int]] = []
+    handle = target.register_forward_pre_hook(
+        lambda m, args, kw: fed.append(kw["input_ids"][0].tolist()), with_kwargs=True
+    )
+    try:
+        out = target.generate(prompt, max_new_tokens=new_tokens, do_sample=False, **kwargs)
+    finally:
+        handle.remove()
+    return out, fed[1:]
+
+
 def make_drafter(target, block_size: int, cls=BlockDrafter, seed: int = 1, **kwargs):
     torch.manual_seed(seed)
     return cls.for_target(target, block_size=block_size, mask_token_id=MASK_ID, **kwargs).eval()

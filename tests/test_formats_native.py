@@ -9,7 +9,7 @@ import json
 
 import pytest
 import torch
-from conftest import VOCAB, make_drafter, tiny_target
+from conftest import VOCAB, fed_ids, make_drafter, tiny_target
 from safetensors import safe_open
 from safetensors.torch import save_file
 from transformers import AutoModel, MuseGlimmerAssistantConfig, MuseGlimmerAssistantModel
@@ -98,19 +98,6 @@ def sliding_drafter(target, block_size: int = 6):
     drafter = varied(make_drafter(target, block_size, num_hidden_layers=LAYERS, layer_types=SLIDING, sliding_window=4))
     drafter.decoding = DecodingSettings(budget="fixed")  # the argmax chain every step, as transformers' loop drafts
     return drafter
-
-
-def fed_ids(target, prompt, **kwargs) -> tuple[torch.Tensor, list[list[int]]]:
-    """(output ids, the ids of every target forward after the prefill): what was drafted, step by step."""
-    fed: list[list[int]] = []
-    handle = target.register_forward_pre_hook(
-        lambda m, args, kw: fed.append(kw["input_ids"][0].tolist()), with_kwargs=True
-    )
-    try:
-        out = target.generate(prompt, max_new_tokens=NEW_TOKENS, do_sample=False, **kwargs)
-    finally:
-        handle.remove()
-    return out, fed[1:]
 
 
 def test_omitted_keys_take_the_native_classs_defaults(tmp_path):

@@ -179,8 +179,12 @@ def test_a_pard2_folder_fuses_the_target_features_as_pard2_defines(tmp_path, lay
 
 @pytest.mark.parametrize(
     "keys, scale",
-    [({"pard2_scale": None}, 0.02), ({"pard2_scale": None, "pard_scale": 0.5}, 0.5),
-     ({"pard2_scale": None, "feat_scale": 0.3}, 0.3), ({"pard2_scale": 1.5}, 1.5)],
+    [
+        ({"pard2_scale": None}, 0.02),
+        ({"pard2_scale": None, "pard_scale": 0.5}, 0.5),
+        ({"pard2_scale": None, "feat_scale": 0.3}, 0.3),
+        ({"pard2_scale": 1.5}, 1.5),
+    ],
 )
 def test_the_pard2_scale_falls_back_as_pard2_infer_does_ending_at_002(tmp_path, keys, scale):
     write_pard2(tmp_path, tiny_lm(), [-1], **keys)
@@ -203,8 +207,13 @@ def test_greedy_output_through_a_loaded_pard2_drafter_is_the_targets(tmp_path, s
 def test_export_writes_pard2_that_loads_back_identical(tmp_path):
     target = tiny_target("llama")
     drafter = PardDrafter.from_causal_lm(
-        tiny_lm(seed=9), target, mask_token_id=MASK_ID, block_size=4, feature_injection=True,
-        target_layer_ids=[3, 1], feature_bias=True,
+        tiny_lm(seed=9),
+        target,
+        mask_token_id=MASK_ID,
+        block_size=4,
+        feature_injection=True,
+        target_layer_ids=[3, 1],
+        feature_bias=True,
     ).eval()
     with torch.no_grad():
         drafter.feature_proj.weight.copy_(projection(2, seed=3))
@@ -248,8 +257,15 @@ def small_target() -> LlamaForCausalLM:
     """A target of another width (32) than the one the PARD-2 folders are built for (64)."""
     torch.manual_seed(0)
     config = LlamaConfig(
-        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4,
-        num_key_value_heads=2, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
     )
     return LlamaForCausalLM(config).eval()
 
@@ -262,8 +278,9 @@ def test_what_the_pard2_reader_cannot_honour_is_refused(tmp_path):
         small_target().generate(prompt, max_new_tokens=4, do_sample=False, assistant_model=drafter)
     write_pard2(tmp_path / "deep", lm, [-1, -6])
     with pytest.raises(ValueError, match=r"tapped layers \[-1, -6\] reach past the target's 4"):
-        tiny_target("llama").generate(prompt, max_new_tokens=4, do_sample=False,
-                                      assistant_model=hf_specdec.load_drafter(tmp_path / "deep"))
+        tiny_target("llama").generate(
+            prompt, max_new_tokens=4, do_sample=False, assistant_model=hf_specdec.load_drafter(tmp_path / "deep")
+        )
     write_pard2(tmp_path / "embeddings", lm, [0, -1])
     with pytest.raises(ValueError, match="embedding output"):
         hf_specdec.load_drafter(tmp_path / "embeddings")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import VOCAB, make_drafter, tiny_target
+from conftest import VOCAB, fed_ids, make_drafter, tiny_target
 from safetensors import safe_open
 from safetensors.torch import save_file
 from transformers import MuseGlimmerAssistantConfig, MuseGlimmerAssistantModel
@@ -158,19 +158,6 @@ def reference(tensors: dict) -> MuseGlimmerAssistantModel:
     model = MuseGlimmerAssistantModel(config).eval()
     model.load_state_dict({RENAMED.get(k, k): v for k, v in tensors.items()}, strict=False)
     return model
-
-
-def fed_ids(target, prompt, **kwargs) -> tuple[torch.Tensor, list[list[int]]]:
-    """(output ids, the ids of every target forward after the prefill): what was drafted, step by step."""
-    fed: list[list[int]] = []
-    handle = target.register_forward_pre_hook(
-        lambda m, args, kw: fed.append(kw["input_ids"][0].tolist()), with_kwargs=True
-    )
-    try:
-        out = target.generate(prompt, max_new_tokens=NEW_TOKENS, do_sample=False, **kwargs)
-    finally:
-        handle.remove()
-    return out, fed[1:]
 
 
 @pytest.mark.parametrize("verifier_tensors", [False, True])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import make_drafter, tiny_target
+from conftest import fed_ids, make_drafter, tiny_target
 
 from hf_specdec import DCOCODrafter, DecodingSettings
 from hf_specdec.bench.cases import Case
@@ -14,19 +14,6 @@ from hf_specdec.bench.native_dflash import native_dflash_assistant, native_dflas
 from hf_specdec.bench.passes import run_benchmark
 
 NEW_TOKENS = 24
-
-
-def fed_ids(target, prompt, **kwargs) -> tuple[torch.Tensor, list[list[int]]]:
-    """(output ids, the token ids of every target forward after the prefill)."""
-    fed: list[list[int]] = []
-    handle = target.register_forward_pre_hook(
-        lambda m, args, kw: fed.append(kw["input_ids"][0].tolist()), with_kwargs=True
-    )
-    try:
-        out = target.generate(prompt, max_new_tokens=NEW_TOKENS, do_sample=False, **kwargs)
-    finally:
-        handle.remove()
-    return out, fed[1:]
 
 
 def varied(drafter):

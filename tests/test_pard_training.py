@@ -221,7 +221,9 @@ def test_features_added_to_a_saved_adapter_train_and_ship_beside_it(tmp_path):
     merged = hf_specdec.load_drafter(tmp_path / "p2" / "drafter").eval()
     assert drafter.config.target_layer_ids == [-1, -3] and drafter.config.feature_scale == 0.5
     assert torch.count_nonzero(drafter.feature_proj.weight) > 0  # trained from zero
-    torch.testing.assert_close(drafter.feature_proj.weight, merged.feature_proj.weight.to(drafter.dtype), atol=1e-3, rtol=0)
+    torch.testing.assert_close(
+        drafter.feature_proj.weight, merged.feature_proj.weight.to(drafter.dtype), atol=1e-3, rtol=0
+    )
     target = tiny_target("llama")
     prompt = torch.randint(3, VOCAB - 1, (1, 9), generator=torch.Generator().manual_seed(1))
     plain = target.generate(prompt, max_new_tokens=16, do_sample=False)

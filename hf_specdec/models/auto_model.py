@@ -25,7 +25,12 @@ _original = AutoModel.from_pretrained.__func__
 
 @functools.wraps(_original)
 def _from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
-    if cls is AutoModel and not args and "config" not in kwargs and _is_published(pretrained_model_name_or_path, kwargs):
+    if (
+        cls is AutoModel
+        and not args
+        and "config" not in kwargs
+        and _is_published(pretrained_model_name_or_path, kwargs)
+    ):
         from .loading import load_drafter
 
         kwargs.pop("trust_remote_code", None)  # never needed: the layout is read natively

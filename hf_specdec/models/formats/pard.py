@@ -27,7 +27,6 @@ import shutil
 from pathlib import Path
 
 import torch
-
 from safetensors import safe_open
 
 from ..base_models import resolve_base_model
