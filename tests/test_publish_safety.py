@@ -4,12 +4,14 @@ before it touches the drafter already shipped. Against the loopback Hub of tests
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import quote, quote_plus
 
 import pytest
 import test_hub
@@ -98,6 +100,76 @@ def test_a_file_holding_the_token_is_refused_before_anything_is_sent(
     assert not HfApi().repo_exists("org/leaky")
     (folder / file).write_text("no secrets here\n")
     assert file in publish_drafter(folder, "org/leaky", token=token, extra_files=extras, dry_run=True)
+
+
+URL_TOKEN = "hf_TEST/d0+not leak=7f3a9c"  # characters that JSON escapes and quote / quote_plus change
+B64_TOKEN = "hf_TEST?d0>not~leak-7f3a9c"  # its base64 holds + and /, which the URL-safe alphabet writes - and _
+
+
+def in_base64(alphabet: str, offset: int):
+    """The token inside a longer base64 blob, starting `offset` bytes (0-2) into it."""
+    encode = base64.b64encode if alphabet == "standard" else base64.urlsafe_b64encode
+    return lambda t: encode(b"\xfb" * offset + t.encode() + b"\x00 trailing bytes").decode()
+
+
+ENCODED = {  # how the token is written: (file, token, encoding)
+    "JSON \\u escapes": ("config.json", TOKEN, lambda t: "".join(f"\\u{ord(c):04x}" for c in t)),
+    "JSON one \\u escape": ("tokenizer_config.json", TOKEN, lambda t: f"\\u{ord(t[0]):04X}" + t[1:]),
+    "JSON escaped slashes": ("tokenizer_config.json", URL_TOKEN, lambda t: json.dumps(t)[1:-1].replace("/", "\\/")),
+    "URL quote": ("TRAINING.md", URL_TOKEN, quote),
+    "URL quote_plus": ("TRAINING.md", URL_TOKEN, quote_plus),
+    "URL every byte": ("EVAL.md", TOKEN, lambda t: "".join(f"%{b:02X}" for b in t.encode())),
+    "JSON-escaped URL": ("config.json", URL_TOKEN, lambda t: quote(t, safe="").replace("%", "\\u0025")),
+    "base64 wrapped at 76 columns": (
+        "EVAL.md",
+        B64_TOKEN,
+        lambda t: base64.encodebytes(b"\xfb" * 50 + t.encode()).decode(),
+    ),
+    **{
+        f"base64 {alphabet} at offset {offset}": ("EVAL.md", B64_TOKEN, in_base64(alphabet, offset))
+        for alphabet in ("standard", "urlsafe")
+        for offset in range(3)
+    },
+}
+
+
+def write_into(folder: Path, name: str, text: str) -> None:
+    """`text` written as it is into `name`: a JSON file gets it as a string value beside its other keys."""
+    path = folder / name
+    if name.endswith(".json"):
+        data = json.loads(path.read_text()) if path.exists() else {}
+        data["note"] = "@@NOTE@@"
+        path.write_text(json.dumps(data, indent=2).replace("@@NOTE@@", text))
+    else:
+        path.write_text(f"trained with --hub_token {text} by mistake\n")
+
+
+@pytest.mark.parametrize("encoding", list(ENCODED))
+def test_an_encoded_token_is_refused_before_anything_is_sent(hub_env, tiny, tmp_path, encoding):
+    file, token, encode = ENCODED[encoding]
+    folder = save_drafter(tiny[1], tmp_path / "drafter")
+    written = encode(token)
+    assert token not in written  # only the encoded copy is there
+    write_into(folder, file, written)
+    extras = ["EVAL.md"] if file == "EVAL.md" else []
+    with pytest.raises(ValueError) as refused:
+        publish_drafter(folder, "org/encoded", token=None if token == TOKEN else token, extra_files=extras)
+    message = str(refused.value)
+    assert f"['{file}']" in message and "contain your Hub token" in message
+    assert token not in message and written not in message
+    assert not HfApi().repo_exists("org/encoded")
+
+
+def test_files_with_encoded_text_but_not_the_token_are_published(hub_env, tiny, tmp_path):
+    """The negative control: escapes, percent-encoding and base64 of other text go up."""
+    folder = save_drafter(tiny[1], tmp_path / "drafter")
+    other = "hf_OTHER/not+the token"
+    write_into(folder, "config.json", "".join(f"\\u{ord(c):04x}" for c in other))
+    write_into(folder, "tokenizer_config.json", quote_plus(other))
+    blobs = [in_base64(a, k)(other) for a in ("standard", "urlsafe") for k in range(3)]
+    (folder / "EVAL.md").write_text("\n".join(blobs) + "\n" + base64.b64encode(os.urandom(300)).decode() + "\n")
+    publish_drafter(folder, "org/clean", extra_files=["EVAL.md"])
+    assert {"config.json", "tokenizer_config.json", "EVAL.md"} <= set(HfApi().list_repo_files("org/clean"))
 
 
 @pytest.mark.parametrize("name", ["", ".", "..", "../outside.md", "sub/extra.txt", "missing.md", "README.md"])

@@ -138,7 +138,7 @@ def test_resuming_with_arguments_that_change_the_result_is_refused_with_the_list
 
 
 def test_a_trainer_that_loads_its_own_checkpoints_is_checked_too(tmp_path):
-    """PARD's trainer restores its checkpoints itself (trainable tensors only); its run still refuses changes."""
+    """PARD's trainer checkpoints its trainable tensors only (`checkpointed`); its run still refuses changes."""
     from test_pard import tiny_lm
 
     from hf_specdec.training.run import run

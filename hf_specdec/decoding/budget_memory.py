@@ -9,14 +9,11 @@ raises for that file.
 
 from __future__ import annotations
 
-import logging
 import statistics
 from dataclasses import dataclass, field
 
 from .acceptance_model import AcceptanceModel
 from .step_cost import StepCostModel, cost_model
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -39,18 +36,12 @@ class BudgetMemory:
 
     def save(self) -> bool:
         """Write the cost curve into the cache file (`step_cost.cache_path()`; nothing while the curve is pinned or
-        the cache is off). The rest lives as long as the drafter. A file that cannot be written is logged once and
-        skipped, never raised: returns whether the curve was written."""
-        try:
-            self.costs.save()
-        except OSError as error:
-            reason = f"{type(error).__name__}: {error}"
-            if reason != self.unsaved:
-                logger.warning("hf_specdec: the step-cost curve was not saved (%s); a next process measures it", reason)
-            self.unsaved = reason
-            return False
-        self.unsaved = None
-        return True
+        the cache is off). The rest lives as long as the drafter. A file that cannot be written keeps the curve in
+        this process, with one warning per process for that file (`cost_cache.py`), never raised: returns False
+        only when the write failed (`unsaved` says why)."""
+        written = self.costs.save()
+        self.unsaved = self.costs.unsaved
+        return written
 
     def reset(self) -> None:
         """Forget the acceptance counts, the schedule and the drafter's seconds (the curve: `cost_model(t).reset()`)."""

@@ -11,20 +11,22 @@ how many timings it has, and a single sequence times a size `SETTLED` times befo
 One model per (target weights, device, dtype, torch threads, CPU model); loaded once per process, held by the budget
 memory of each drafter decoding for that target (`BudgetMemory`, whose `save()` writes it) and saved as JSON under
 `$HF_SPECDEC_CACHE` (default `~/.cache/hf_specdec`), so the next process starts from the curve already measured; a
-missing, unreadable or damaged file only costs its measurements. `hf_specdec.cost_model(target)` returns it: print it
-to see the curve, `.reset()` to measure again.
+missing, unreadable or damaged file, or one that cannot be written, only costs its measurements, with one warning
+(`cost_cache.py`). `hf_specdec.cost_model(target)` returns it: print it to see the curve, `.reset()` to measure again.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import statistics
+import threading
 from pathlib import Path
 
 import torch
 from transformers import PreTrainedModel
+
+from . import cost_cache
 
 SAMPLES = 8  # recent timings kept per point; the median is the cost
 SETTLED = 3  # timings before a size's cost is trusted to rule it out (one slow step must not, for good)
@@ -44,17 +46,21 @@ class StepCostModel:
 
     def __init__(self, key: str, points: dict | None = None, path: Path | None = None) -> None:
         self.key = key
-        self.points: dict[int, dict[int, list[float]]] = _parse(points or {})
+        self.points: dict[int, dict[int, list[float]]] = cost_cache.clean(points or {})[0]
         self.path = path
         self.pinned = False
+        self.unsaved: str | None = None  # why the last `save()` could not write the cache file (None: it could)
+        self._lock = threading.Lock()  # a save copies the points whole while other threads record
 
     def record(self, fed: int, seconds: float, rows: int = 1) -> None:
-        """One measured forward over `rows` x `fed` tokens (ignored while the curve is pinned)."""
-        if self.pinned:
+        """One measured forward over `rows` x `fed` tokens (ignored while the curve is pinned, and for a timing that
+        is not a finite number of seconds above 0: a coarse timer's 0 must not make a forward free)."""
+        if self.pinned or not cost_cache.valid_timing(seconds):
             return
-        samples = self.points.setdefault(int(rows), {}).setdefault(int(fed), [])
-        samples.append(float(seconds))
-        del samples[:-SAMPLES]
+        with self._lock:
+            samples = self.points.setdefault(int(rows), {}).setdefault(int(fed), [])
+            samples.append(float(seconds))
+            del samples[:-SAMPLES]
 
     def measured(self, fed: int, rows: int = 1) -> bool:
         """Whether a point within a quarter of `fed` (at least one token) is measured for `rows` rows, or for a row
@@ -114,7 +120,10 @@ class StepCostModel:
 
     def pin(self, curve: dict[int, float], rows: int = 1) -> None:
         """Decide with `curve` ({fed tokens per row: seconds} for `rows` rows, e.g. measured on another machine)
-        and stop measuring, until `reset()`. Not saved."""
+        and stop measuring, until `reset()`. Not saved. ValueError for a cost that is not finite seconds above 0."""
+        bad = {n: s for n, s in curve.items() if not cost_cache.valid_timing(s)}
+        if bad:
+            raise ValueError(f"pin() takes finite seconds above 0 per fed size; these are not: {bad}")
         self.points[int(rows)] = {int(n): [float(s)] for n, s in curve.items()}
         self.pinned = True
 
@@ -124,17 +133,17 @@ class StepCostModel:
         self.pinned = False
         self.save()
 
-    def save(self) -> None:
-        """Write this curve into the cache file (`path`, else `cache_path()` now); nothing while pinned."""
+    def save(self) -> bool:
+        """Write this curve into the cache file (`path`, else `cache_path()` now); nothing while pinned or with the
+        cache off. Never raises for the file: one that cannot be written keeps the curve in this process, with one
+        warning per process (`unsaved` says why). Returns False only when a write failed."""
         path = self.path or cache_path()
         if path is None or self.pinned:
-            return
-        saved = _read(path)
-        saved[self.key] = {str(r): {str(n): v for n, v in fed.items()} for r, fed in self.points.items()}
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(saved, indent=1), encoding="utf-8")
-        tmp.replace(path)
+            return True
+        with self._lock:
+            points = {r: {n: list(v) for n, v in fed.items()} for r, fed in self.points.items()}
+        self.unsaved = cost_cache.save(path, self.key, points)
+        return self.unsaved is None
 
     def __str__(self) -> str:
         if not self.points:
@@ -201,8 +210,7 @@ def cost_model(target: PreTrainedModel) -> StepCostModel:
     key = model_key(target)
     if key not in _MODELS:
         path = cache_path()
-        points = _read(path).get(key) if path is not None else None
-        _MODELS[key] = StepCostModel(key, points)
+        _MODELS[key] = StepCostModel(key, cost_cache.load(path, key) if path is not None else None)
     return _MODELS[key]
 
 
@@ -210,33 +218,6 @@ def cache_path() -> Path | None:
     """Where curves are saved: $HF_SPECDEC_CACHE/step_costs.json (default ~/.cache/hf_specdec); "" = not saved."""
     root = os.environ.get("HF_SPECDEC_CACHE", str(Path.home() / ".cache" / "hf_specdec"))
     return Path(root) / "step_costs.json" if root else None
-
-
-def _parse(points) -> dict[int, dict[int, list[float]]]:
-    """{rows: {fed: samples}} from the saved JSON (string keys); entries that do not parse are left out."""
-    parsed: dict[int, dict[int, list[float]]] = {}
-    for r, fed in points.items() if isinstance(points, dict) else ():
-        if not isinstance(fed, dict):
-            continue
-        try:
-            curve = parsed.setdefault(int(r), {})
-        except (TypeError, ValueError):
-            continue
-        for n, samples in fed.items():
-            try:
-                curve[int(n)] = [float(x) for x in samples]
-            except (TypeError, ValueError):
-                continue
-    return parsed
-
-
-def _read(path: Path) -> dict:
-    """The saved file's {model key: points}; {} when it is missing, unreadable or not such a mapping."""
-    try:
-        saved = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return saved if isinstance(saved, dict) else {}
 
 
 def _cpu_model() -> str:

@@ -5,11 +5,12 @@
                           target_id="Qwen/Qwen2.5-Coder-1.5B-Instruct", benchmark="results/x")
 
 Guarantees: only an allow-list of the folder's files goes up (`files_to_publish`: weights, configs, tokenizer files,
-the files the card links, and extra files named by the caller), never a symlink and never a file whose bytes hold
-the Hub token; `dry_run=True` lists them and sends nothing. The local folder is only read (the card is sent from
-memory, never written into it); a drafter that does not load, or that holds pickle files, is refused before
-anything is sent; a drafter whose target has no Hub id is refused (its card could not name a base model); a failed
-upload raises a `RuntimeError` with the HTTP status and server message; the token appears in no message and no card.
+the files the card links, and extra files named by the caller), never a symlink and never a file that holds the Hub
+token, as written or JSON-escaped, URL-encoded or in base64 (`token_scan.py`); `dry_run=True` lists them and sends
+nothing. The local folder is only read (the card is sent from memory, never written into it); a drafter that does
+not load, or that holds pickle files, is refused before anything is sent; a drafter whose target has no Hub id is
+refused (its card could not name a base model); a failed upload raises a `RuntimeError` with the HTTP status and
+server message; the token appears in no message and no card.
 
 No local path goes up: config.json, adapter_config.json, generation_config.json, TRAINING.md and the card are sent
 with every absolute path rewritten (`Portable`: the target's folder becomes its Hub id, an offline model its name,
@@ -34,6 +35,7 @@ from ..models.loading import load_drafter
 from .card import is_hub_id, kind_card, read_benchmark, read_json, render_card
 from .portable import Portable
 from .record import run_record
+from .token_scan import files_holding, text_holds
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 REWRITTEN_JSON = (  # sent with local paths rewritten
@@ -149,25 +151,6 @@ def files_to_publish(folder: Path, extra_files: Iterable[str] = ()) -> list[Path
     return chosen
 
 
-def files_holding(files: list[Path], secrets: list[str], chunk: int = 1 << 24) -> list[str]:
-    """Names of the `files` whose bytes contain any of `secrets` (read in chunks that overlap by a secret's length)."""
-    needles = [s.encode("utf-8") for s in secrets if s]
-    if not needles:
-        return []
-    overlap = max(len(n) for n in needles) - 1
-    found = []
-    for path in files:
-        with open(path, "rb") as f:
-            tail = b""
-            while block := f.read(chunk):
-                window = tail + block
-                if any(n in window for n in needles):
-                    found.append(path.name)
-                    break
-                tail = window[max(0, len(window) - overlap) :] if overlap else b""
-    return found
-
-
 def resolve_target(config: dict, target_id: str | None) -> str:
     """The target's Hub id: `target_id`, else the config's `target_name_or_path`; refused if neither is one."""
     candidate = target_id or config.get("target_name_or_path")
@@ -258,8 +241,9 @@ def publish_drafter(
     tokenizer files, TRAINING.md and loss.png, which the card links; the last two from the run folder when `folder`
     is a run's drafter/ or adapter/) plus the `extra_files` named, and a README.md rendered by `render_card`, go up
     in one commit, configs and TRAINING.md with local paths rewritten (module docstring); every other file stays
-    local, and a README.md already in `folder` is replaced by the card. A symlink among those files, or a file whose
-    bytes contain the Hub token or a local path, is refused before anything is sent. The repo is created if needed
+    local, and a README.md already in `folder` is replaced by the card. A symlink among those files, or a file that
+    holds the Hub token (as written, JSON-escaped, URL-encoded or in base64) or a local path, is refused before
+    anything is sent. The repo is created if needed
     (`private` applies only then). Publishing again makes a new revision if anything changed (unchanged files are
     not re-sent; an identical publish returns the current sha).
 
@@ -298,8 +282,9 @@ def publish_drafter(
     leaking = files_holding(list(files.values()), secrets)
     if leaking:
         raise ValueError(
-            f"{leaking} in {folder} contain your Hub token; refusing to publish them. Remove the token from those "
-            "files (and revoke it if it was shared), or leave the files out."
+            f"{leaking} in {folder} contain your Hub token (as written, JSON-escaped, URL-encoded or in base64); "
+            "refusing to publish them, nothing was sent. Remove the token from those files (and revoke it if it "
+            "was shared), or leave the files out."
         )
     portable = Portable(known={str(config.get("target_name_or_path") or ""): target_id})
     if record.settings and record.settings.get("target"):
@@ -318,6 +303,12 @@ def publish_drafter(
     )
     payloads = portable_payloads(files, portable)
     payloads["README.md"] = _scrub(str(card), secrets).encode("utf-8")
+    if text_holds(payloads["README.md"].decode("utf-8"), secrets):
+        raise ValueError(
+            "the model card (README.md) would contain your Hub token encoded (JSON-escaped, URL-encoded or in "
+            "base64), from the benchmark report, training log or TRAINING.md it quotes; refusing to publish, "
+            "nothing was sent. Remove the token from those files (and revoke it if it was shared)."
+        )
     check_no_local_paths(payloads, portable)
     if dry_run:
         return sorted(payloads)

@@ -1,6 +1,8 @@
 """Training checkpoints that survive a crash: safetensors only, written aside, flushed to disk and swapped in
 atomically; never holding a non-finite value; recording the run's arguments so that a resume with arguments that
-would change the result is refused (`argument_changes`)."""
+would change the result is refused (`argument_changes`). A checkpoint file that does not parse, is cut short or
+missing, or holds a value of the wrong type is refused with `DamagedCheckpoint` naming the file, before any of it
+is loaded into the model."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from dataclasses import MISSING, asdict, fields
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 # Arguments a resumed run may change, and why each keeps the checkpoint's run what it was. Every other argument
@@ -34,6 +37,21 @@ MAY_CHANGE_ON_RESUME: dict[str, str] = {
 
 class NonFiniteError(RuntimeError):
     """A training step or a checkpoint holds a non-finite value (nan or inf); nothing of it was kept."""
+
+
+class DamagedCheckpoint(ValueError):
+    """A checkpoint file does not parse, is cut short or missing, or holds values of the wrong type; the message
+    names the file. Nothing of the checkpoint was loaded into the model or the optimizer."""
+
+
+# the trainer state's fields whose type is checked when present: (JSON types allowed, what the field is)
+STATE_FIELDS: dict[str, tuple[tuple[type, ...], str]] = {
+    "losses": ((list,), "a list of [step, loss]"),
+    "skipped_steps": ((list,), "a list of [step, sequences]"),
+    "elapsed_s": ((int, float), "a number of seconds"),
+    "arguments": ((dict,), "a mapping of the run's arguments"),
+    "data": ((dict,), "a mapping with the training data's fingerprint"),
+}
 
 
 class TrainableOnly:
@@ -95,7 +113,7 @@ def argument_changes(recorded: dict, config) -> list[str]:
     (`MAY_CHANGE_ON_RESUME` lists the ones that may change), as 'name: recorded -> now' lines. A config class
     recorded under the name it had before (`RENAMED_CONFIG_CLASSES`) is the same class."""
     recorded = {**recorded}
-    if "config_class" in recorded:
+    if isinstance(recorded.get("config_class"), str):
         recorded["config_class"] = RENAMED_CONFIG_CLASSES.get(recorded["config_class"], recorded["config_class"])
     now = run_arguments(config)
     defaults = {f.name: f.default for f in fields(config) if f.default is not MISSING}
@@ -174,23 +192,88 @@ def find_checkpoint(folder: Path) -> Path | None:
 
 
 def read_trainer_state(folder: Path) -> dict:
-    """The trainer state saved with the checkpoint in `folder` (with the run's `arguments` when recorded)."""
-    return json.loads((folder / "trainer_state.json").read_text())
+    """The trainer state saved with the checkpoint in `folder` (with the run's `arguments` and the data's
+    fingerprint when recorded). `DamagedCheckpoint` naming trainer_state.json if it does not parse or a field has
+    the wrong type."""
+    path = folder / "trainer_state.json"
+    state = _json_file(path)
+    problems = state_problems(state)
+    if problems:
+        raise DamagedCheckpoint(f"{path} is damaged: {'; '.join(problems)}")
+    return state
+
+
+def state_problems(state: object) -> list[str]:
+    """What is wrong with a trainer state read back (not a mapping, a step that is not a count, a field of
+    `STATE_FIELDS` of the wrong type); [] when it can be resumed from."""
+    if not isinstance(state, dict):
+        return [f"it holds a JSON {_kind(state)}, not the trainer state's mapping"]
+    step = state.get("step")
+    problems = [] if _is_count(step) else [f"'step' is {step!r}, not a count of steps"]
+    for name, (types, what) in STATE_FIELDS.items():
+        value = state.get(name)
+        if name in state and (isinstance(value, bool) or not isinstance(value, types)):
+            problems.append(f"'{name}' is a JSON {_kind(value)}, not {what}")
+    data = state.get("data")
+    if isinstance(data, dict) and not (_is_count(data.get("sequences")) and isinstance(data.get("sha256"), str)):
+        problems.append(f"'data' is {data!r}, not a count of sequences and a sha256")
+    return problems
 
 
 def load_checkpoint(folder: Path, model, optimizer) -> dict:
-    """Restore model and optimizer from `folder`; return the trainer state."""
-    weights = load_file(str(folder / "model.safetensors"))
+    """Restore model and optimizer from `folder`; return the trainer state. Every file is read and checked before
+    anything is loaded: `DamagedCheckpoint` names the file that does not parse, is cut short or is missing;
+    ValueError for weights that do not fit the model."""
+    state = read_trainer_state(folder)
+    weights = _tensors(folder / "model.safetensors")
+    groups = _json_file(folder / "optimizer_groups.json")
+    if not isinstance(groups, dict) or not isinstance(groups.get("param_groups"), list):
+        raise DamagedCheckpoint(f"{folder / 'optimizer_groups.json'} is damaged: it holds no list of param_groups")
+    tensors = _tensors(folder / "optimizer.safetensors")
     missing, unexpected = model.load_state_dict(weights, strict=False)
     if unexpected or [m for m in missing if "rotary" not in m]:
         raise ValueError(f"checkpoint {folder} does not fit this drafter: missing {missing}, unexpected {unexpected}")
-    groups = json.loads((folder / "optimizer_groups.json").read_text())
-    load_optimizer(optimizer, load_file(str(folder / "optimizer.safetensors")), groups)
-    return read_trainer_state(folder)
+    try:
+        load_optimizer(optimizer, tensors, groups)
+    except (KeyError, IndexError, TypeError, ValueError) as err:
+        raise DamagedCheckpoint(
+            f"{folder / 'optimizer.safetensors'} and optimizer_groups.json do not hold this run's optimizer state "
+            f"({type(err).__name__}: {err})"
+        ) from None
+    return state
+
+
+def _json_file(path: Path) -> object:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DamagedCheckpoint(f"{path} is missing") from None
+    except (OSError, ValueError) as err:  # not UTF-8, not JSON, cut short
+        raise DamagedCheckpoint(f"{path} does not parse as JSON ({type(err).__name__}: {err})") from None
+
+
+def _tensors(path: Path) -> dict[str, torch.Tensor]:
+    try:
+        return load_file(str(path))
+    except FileNotFoundError:
+        raise DamagedCheckpoint(f"{path} is missing") from None
+    except (SafetensorError, OSError, ValueError) as err:  # cut short, or not safetensors at all
+        raise DamagedCheckpoint(f"{path} is not a whole safetensors file ({err})") from None
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _kind(value: object) -> str:
+    """The JSON name of a parsed value's type."""
+    kinds = {dict: "object", list: "array", str: "string", bool: "boolean", int: "number", float: "number"}
+    return "null" if value is None else kinds.get(type(value), type(value).__name__)
 
 
 __all__ = [
     "MAY_CHANGE_ON_RESUME",
+    "DamagedCheckpoint",
     "NonFiniteError",
     "TrainableOnly",
     "argument_changes",
@@ -200,4 +283,5 @@ __all__ = [
     "read_trainer_state",
     "run_arguments",
     "save_checkpoint",
+    "state_problems",
 ]

@@ -44,4 +44,10 @@ def resume_command(config: DrafterTrainingConfig, processes: int = 1) -> str:
     return command
 
 
-__all__ = ["NOT_IN_RECIPE", "command_line", "recipe_command", "resume_command"]
+def afresh_command(config: DrafterTrainingConfig, processes: int = 1) -> str:
+    """The command that starts this run again from step 0 (`--no_resume`: the checkpoint in its output_dir is
+    overwritten, the cached data reused)."""
+    return resume_command(config, processes) + " --no_resume"
+
+
+__all__ = ["NOT_IN_RECIPE", "afresh_command", "command_line", "recipe_command", "resume_command"]

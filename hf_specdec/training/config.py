@@ -281,7 +281,9 @@ class DistillationConfig(DrafterTrainingConfig):
         if self.feature_scale <= 0:
             raise ValueError(f"feature_scale must be > 0, got {self.feature_scale}")
         if self.feature_layers is not None and (not self.feature_layers or not self.feature_injection):
-            raise ValueError("--feature_layers lists the layers --feature_injection reads; pass both (a non-empty list)")
+            raise ValueError(
+                "--feature_layers lists the layers --feature_injection reads; pass both (a non-empty list)"
+            )
 
     def for_objective(self, objective: str | None = None) -> DistillationConfig:
         """These settings as the class of `objective` (default: this config's own). The one place where the

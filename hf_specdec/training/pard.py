@@ -21,7 +21,7 @@ from ..models.block_drafter import build_target_layer_ids
 from ..models.loading import load_drafter
 from ..models.pard import PardDrafter
 from ..models.pard.layout import PardLayout, conditional_drop_layout, layout_features
-from .checkpoint import TrainableOnly, find_checkpoint, load_checkpoint, save_checkpoint
+from .checkpoint import TrainableOnly
 from .config import PardTrainingConfig
 from .data import TrainingSequence
 from .trainer import DrafterTrainer
@@ -102,17 +102,10 @@ class PardTrainer(DrafterTrainer):
             return None
         return layout_features(seq.features, layout).to(self.device, self.drafter.dtype)[None]
 
-    # LoRA on a 0.5B model: checkpoints hold the trainable tensors only (megabytes, not gigabytes)
-    def resume(self) -> bool:
-        found = find_checkpoint(self.checkpoint_dir)
-        if found is None:
-            return False
-        self.state = {**self.state, **load_checkpoint(found, TrainableOnly(self.drafter), self.optimizer)}
-        return True
-
-    def save(self) -> None:
-        if self.processes.is_main_process:
-            save_checkpoint(self.checkpoint_dir, TrainableOnly(self.drafter), self.optimizer, self.state)
+    def checkpointed(self) -> TrainableOnly:
+        """LoRA on a 0.5B model: checkpoints hold the trainable tensors only (megabytes, not gigabytes); saved and
+        resumed (with the checks on arguments, data and damaged files) as any trainer's."""
+        return TrainableOnly(self.drafter)
 
 
 __all__ = ["PardLayout", "PardTrainer", "conditional_drop_layout"]

@@ -23,6 +23,7 @@ from ..models.loading import load_drafter
 from ..models.registry import capabilities_of, head_of
 from .checkpoint import (
     MAY_CHANGE_ON_RESUME,
+    DamagedCheckpoint,
     NonFiniteError,
     TrainableOnly,
     argument_changes,
@@ -32,10 +33,11 @@ from .checkpoint import (
     run_arguments,
     save_checkpoint,
 )
-from .commands import resume_command
+from .commands import afresh_command, resume_command
 from .config import DrafterTrainingConfig
 from .counters import zero_counters
 from .data import TrainingSequence
+from .fingerprint import data_changes, data_fingerprint
 from .interrupts import StopAtStepEnd, TrainingInterrupted
 from .losses import default_gamma, dflash_decayed_cross_entropy
 from .packing import pack_blocks, sample_anchors
@@ -48,13 +50,15 @@ class DrafterTrainer:
 
     Each step's randomness (which sequences, which anchors) comes from a torch.Generator seeded with (seed, step), so a
     run resumed from a checkpoint takes the same steps as one that never stopped. Each checkpoint records the run's
-    arguments, and resuming with arguments that would change the result is refused with the list of what differs
-    (`checkpoint.MAY_CHANGE_ON_RESUME`: the ones that may change, such as a larger num_steps or save_every).
+    arguments and a fingerprint of its training sequences (`fingerprint.py`), and resuming with arguments that would
+    change the result, or on other data, is refused with the list of what differs (`checkpoint.MAY_CHANGE_ON_RESUME`:
+    the arguments that may change, such as a larger num_steps or save_every). A damaged checkpoint is refused with
+    the file and the command that starts afresh.
 
     A step whose loss or gradient norm is not finite changes nothing (no optimizer step, no checkpoint): with
     `nonfinite="stop"` the run raises `NonFiniteError` naming the step and its sequences, and the last checkpoint,
     written from finite weights, stays; with "skip" the step is logged, recorded in state["skipped_steps"] and the run
-    goes on.
+    goes on, and a run whose every step was skipped ends with `NonFiniteError` (nothing was trained).
 
     Ctrl-C (SIGINT) lets the step under way finish, writes a checkpoint of it and raises `TrainingInterrupted`
     with the command that resumes (a second Ctrl-C stops at once); a KeyboardInterrupt raised otherwise is a crash.
@@ -147,6 +151,7 @@ class DrafterTrainer:
             self.step_loss = Accelerator(cpu=cpu).prepare_model(self.step_loss)
         self.state = {"step": 0, "losses": [], "elapsed_s": 0.0, "skipped_steps": [], **zero_counters()}
         self.state["arguments"] = run_arguments(config)  # saved with every checkpoint: what a resume must match
+        self.state["data"] = data_fingerprint(sequences)  # and the training data it must match
         self.adjustments: list[str] = []  # settings the run could not use as given, as sentences (training_log.json)
 
     def log_extras(self) -> dict:
@@ -246,30 +251,52 @@ class DrafterTrainer:
             "start the run again: it resumes from the checkpoint."
         )
 
-    def check_arguments(self, recorded: dict | None) -> None:
+    def check_arguments(self, recorded: dict | None, data: dict | None = None) -> None:
         """Refuse to continue a checkpoint whose `recorded` arguments differ from this run's in one that changes the
-        result; a checkpoint from before arguments were recorded is continued with a warning."""
+        result, or whose recorded `data` fingerprint is not that of this run's sequences, with the list of what
+        differs; a checkpoint from before arguments (or the data's fingerprint) were recorded is continued, with a
+        warning (a log line)."""
+        changes = []
         if recorded is None:
             logger.warning("checkpoint in %s records no run arguments; resuming unchecked", self.checkpoint_dir)
-            return
-        changes = argument_changes(recorded, self.config)
+        else:
+            changes += argument_changes(recorded, self.config)
+        if data is None:
+            logger.warning(
+                "checkpoint in %s records no fingerprint of its training data (written before fingerprints were "
+                "recorded); resuming without checking that the data is the same",
+                self.checkpoint_dir,
+            )
+        else:
+            changes += data_changes(data, data_fingerprint(self.sequences))
         if changes:
             raise ValueError(
-                f"cannot resume {self.checkpoint_dir}: it was written with other arguments, which would change the "
-                "result:\n  " + "\n  ".join(changes) + "\nRun again with the checkpoint's arguments, or start afresh "
-                "in a new --output_dir (or with --no_resume, which overwrites this checkpoint). Arguments that may "
-                "change on resume: " + ", ".join(sorted(MAY_CHANGE_ON_RESUME)) + " (num_steps may only grow)."
+                f"cannot resume {self.checkpoint_dir}: it was written with other arguments or other training data, "
+                "which would change the result:\n  " + "\n  ".join(changes) + "\nRun again with the checkpoint's "
+                "arguments and data, or start afresh in a new --output_dir (or with --no_resume, which overwrites "
+                "this checkpoint):\n  " + afresh_command(self.config, self.processes.num_processes) + "\nArguments "
+                "that may change on resume: " + ", ".join(sorted(MAY_CHANGE_ON_RESUME)) + " (num_steps may only grow)."
             )
 
     def resume(self) -> bool:
         """Load the last checkpoint in output_dir if there is one; True when training continues from it. ValueError
-        (before anything is loaded) if the checkpoint was written with arguments that change the result."""
+        (before anything is loaded) if the checkpoint was written with arguments that change the result or on other
+        training data, or if a file of it is damaged (`DamagedCheckpoint`: the file, and the command that starts
+        afresh)."""
         found = find_checkpoint(self.checkpoint_dir)
         if found is None:
             return False
-        self.check_arguments(read_trainer_state(found).get("arguments"))
-        self.state = {**self.state, **load_checkpoint(found, self.checkpointed(), self.optimizer)}
+        try:
+            recorded = read_trainer_state(found)
+            self.check_arguments(recorded.get("arguments"), recorded.get("data"))
+            self.state = {**self.state, **load_checkpoint(found, self.checkpointed(), self.optimizer)}
+        except DamagedCheckpoint as err:
+            raise DamagedCheckpoint(
+                f"cannot resume from {found}: {err}. Start afresh (this checkpoint is overwritten; or keep it by "
+                f"moving {found} aside first):\n  {afresh_command(self.config, self.processes.num_processes)}"
+            ) from None
         self.state["arguments"] = run_arguments(self.config)
+        self.state["data"] = data_fingerprint(self.sequences)
         return True
 
     def save(self) -> None:
@@ -287,9 +314,10 @@ class DrafterTrainer:
 
         Refuses (ValueError) a state resumed from a checkpoint of other arguments, whichever way it was loaded; raises
         `NonFiniteError` at a non-finite step unless config.nonfinite is "skip" (skipped steps log no loss)."""
-        if self.state.get("arguments") != run_arguments(self.config):
-            self.check_arguments(self.state.get("arguments"))
-            self.state["arguments"] = run_arguments(self.config)
+        data = data_fingerprint(self.sequences)
+        if self.state.get("arguments") != run_arguments(self.config) or self.state.get("data") != data:
+            self.check_arguments(self.state.get("arguments"), self.state.get("data"))
+            self.state["arguments"], self.state["data"] = run_arguments(self.config), data
         bar = tqdm(
             total=self.config.num_steps,
             initial=self.state["step"],
@@ -319,7 +347,24 @@ class DrafterTrainer:
                         self.save()
                     raise self.interrupted()
         bar.close()
+        self.check_trained()
         return self.state
+
+    def check_trained(self) -> None:
+        """`NonFiniteError` when every step of the run was non-finite and skipped (nonfinite="skip"): the weights
+        are those it started from, and a run that trained nothing must not end as a success."""
+        skipped, steps = self.state.get("skipped_steps", []), self.state["step"]
+        if steps == 0 or len(skipped) < steps:
+            return
+        picked = sorted({i for _, picks in skipped for i in picks})
+        bad = [i for i in picked if not bool(torch.isfinite(self.sequences[i].features).all())]
+        data = f"; sequences {bad} have non-finite target features" if bad else ""
+        raise NonFiniteError(
+            f"every one of the {steps} steps was non-finite and skipped (nonfinite='skip'): nothing was trained, and "
+            f"no drafter is saved (training sequences picked: {picked[:20]}{' ...' if len(picked) > 20 else ''}"
+            f"{data}). Fix or remove those sequences (data_file, data_dir), or lower learning_rate, then start "
+            f"afresh:\n  {afresh_command(self.config, self.processes.num_processes)}"
+        )
 
     def stop_requested(self, interrupt: StopAtStepEnd) -> bool:
         """Whether Ctrl-C was pressed in any process (all of them then stop after the same step)."""
