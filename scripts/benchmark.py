@@ -60,6 +60,7 @@ skipped with a note). The harness is hf_specdec.bench (entry: hf_specdec.bench.r
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -164,7 +165,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from hf_specdec.bench.run import run  # torch and transformers: after the arguments are known
 
-    return run(args, command=shlex.join([sys.executable, *sys.argv] if argv is None else argv))
+    # the command as a user types it, from the repository root: no interpreter or machine path in the report
+    script = os.path.relpath(sys.argv[0])
+    script = "scripts/benchmark.py" if script.startswith("..") else script
+    return run(args, command=shlex.join(["python", script, *sys.argv[1:]] if argv is None else argv))
 
 
 if __name__ == "__main__":
