@@ -3,7 +3,8 @@
 Rows accept different numbers of drafts, so the cache is kept *left-padded and compact*: after each step every row
 keeps only its committed rows (prefix + accepted path) and the batch is re-aligned to the right, the empty slots on
 the left masked out (`valid`). Positions are per row (the row's own token count), exactly what plain batched
-`generate()` gives left-padded prompts, so greedy output matches it row for row. A batch of one row is a single
+`generate()` gives left-padded prompts (a row that is all padding: its masked ids prefilled, its new tokens
+numbered from 1, as plain generate does), so greedy output matches it row for row. A batch of one row is a single
 sequence: its cache stays unpadded and is cut with a crop where it can be.
 
 Each row has its own candidate generator (its drafter kind's, with its own context cache); the drafter runs once
@@ -42,8 +43,9 @@ class Row:
     prompt_len: int
     generator: object  # the drafter kind's candidate generator (own context cache)
     max_length: int  # like generation_config.max_length, for this row's unpadded tokens
-    padding: torch.LongTensor | None = None  # (1, P) left padding plain batched generate shows its processors
+    padding: torch.LongTensor | None = None  # (1, P) the masked ids before it in plain batched generate's input
     processors: LogitsProcessorList | None = None  # the call's processors as they apply to this row
+    position_shift: int = 0  # 1 for a row that is all padding: plain generate numbers its new tokens from 1
     done: bool = False
     copying: bool = False  # its last step accepted a node the prompt-lookup branch proposed (the budget reads it)
     drafter_behind: bool = True  # its drafter has not read all its tokens (the prompt, plain steps'): it catches up
@@ -95,22 +97,27 @@ class SpeculativeBatch:
         self,
         prompts: list[torch.LongTensor],
         max_lengths: list[int],
-        padding: list[int] | None = None,
+        padding: list[torch.LongTensor] | None = None,
         cache: DynamicCache | None = None,
         processors: list[LogitsProcessorList] | None = None,
     ) -> list[Row]:
         """Prefill `prompts` ((T_i,) each) as a left-padded sub-batch, merge them in; returns their rows (each
         already holds its first generated token, like plain generate's first step). A row ends at
-        `max_lengths[i]` tokens (prompt included), at EOS, or at a stopping criterion. `padding[i]` pad tokens are
-        put before the row's tokens where logits processors look (length- and history-dependent processors then
-        see what they see in a left-padded plain batch). `cache`: the (empty) cache to prefill into, for a first
-        sub-batch (generate() hands its own). `processors[i]`: row i's own logits processors, as they apply to it
-        alone (the server builds them per request); default: the batch's, as plain batched generate applies them."""
+        `max_lengths[i]` tokens (prompt included), at EOS, or at a stopping criterion. `padding[i]`: the (P_i,)
+        masked ids plain batched generate holds before row i's tokens; the prefill feeds them (a row that is all
+        padding takes its first token from them, as in plain generate) and logits processors see them (length- and
+        history-dependent processors then see what they see in a left-padded plain batch). `cache`: the (empty)
+        cache to prefill into, for a first sub-batch (generate() hands its own). `processors[i]`: row i's own
+        logits processors, as they apply to it alone (the server builds them per request); default: the batch's,
+        as plain batched generate applies them."""
         dev = self.target.device
-        width = max(len(p) for p in prompts)
+        no_padding = torch.zeros(0, dtype=torch.long, device=dev)
+        pads = [p.to(dev) for p in padding] if padding else [no_padding] * len(prompts)
+        width = max(len(p) + len(pad) for p, pad in zip(prompts, pads, strict=True))
         ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long, device=dev)  # (b, width)
         valid = torch.zeros(len(prompts), width, dtype=torch.bool, device=dev)  # (b, width)
-        for i, p in enumerate(prompts):
+        for i, (p, pad) in enumerate(zip(prompts, pads, strict=True)):
+            ids[i, width - len(p) - len(pad) : width - len(p)] = pad
             ids[i, width - len(p) :] = p.to(dev)
             valid[i, width - len(p) :] = True
         positions = (valid.long().cumsum(-1) - 1).clamp_min(0)  # (b, width)
@@ -133,8 +140,7 @@ class SpeculativeBatch:
         added = []
         for i, (p, gen) in enumerate(zip(prompts, generators, strict=True)):
             row_ids = p.to(dev)[None]
-            pads = padding[i] if padding else 0
-            pad_ids = torch.full((1, pads), self.pad_token_id, dtype=torch.long, device=dev) if pads else None
+            pad_ids = pads[i][None] if len(pads[i]) else None
             gen.queue_features(feats[i : i + 1, width - len(p) :])
             gen.stats.prefill_forwards += 1
             gen.stats.batch = self.forwards
@@ -145,7 +151,7 @@ class SpeculativeBatch:
             seen = row_ids if pad_ids is None else torch.cat([pad_ids, row_ids], dim=-1)
             processed = process_rows(own, raw[i : i + 1], lambda r, x=seen: x)  # (1, V)
             first = torch.multinomial(probabilities(processed), 1) if self.do_sample else processed.argmax(-1, True)
-            row = Row(row_ids, len(p), gen, max_lengths[i], pad_ids, own)
+            row = Row(row_ids, len(p), gen, max_lengths[i], pad_ids, own, position_shift=int(len(p) == 0))
             if self.config.return_dict_in_generate:
                 row.scores = [processed] if self.config.output_scores else None
                 row.logits = [raw[i : i + 1]] if self.config.output_logits else None

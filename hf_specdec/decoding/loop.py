@@ -84,8 +84,9 @@ def batched_generate(
     batch = SpeculativeBatch(target, drafter, generation_config, logits_processor, stopping_criteria)
     width = input_ids.shape[1]
     prompts = [ids[m] for ids, m in zip(input_ids, mask, strict=True)]
-    pads = [width - len(p) for p in prompts]  # max_length counts the padded prompt, as in plain generate
-    rows = batch.add(prompts, [generation_config.max_length - n for n in pads], pads)
+    pads = [ids[~m] for ids, m in zip(input_ids, mask, strict=True)]  # what plain generate holds there
+    # max_length counts the padded prompt, as in plain generate
+    rows = batch.add(prompts, [generation_config.max_length - len(pad) for pad in pads], pads)
     while not batch.finished:
         speculative_step(batch)
         batch.drop_finished()

@@ -147,7 +147,8 @@ def verification_inputs(batch: SpeculativeBatch, trees: list[DraftTree]):
         T, pad = row.ids.shape[1], n - 1 - len(tree)
         anchor = row.new_tokens[-1] if row.new_tokens else int(row.ids[0, -1])  # the same token, kept on the host
         ids.append([anchor, *tree.tokens] + [batch.pad_token_id] * pad)
-        pos.append([T - 1] + [T - 1 + d for d in tree.depths()] + [0] * pad)
+        last = T - 1 + row.position_shift  # the anchor's position, as plain generate numbers it
+        pos.append([last] + [last + d for d in tree.depths()] + [0] * pad)
     feed = torch.tensor(ids, dtype=torch.long, device=dev)  # (B, n)
     positions = torch.tensor(pos, dtype=torch.long, device=dev)  # (B, n)
     if B == 1 and trees[0].is_chain():  # one row is never padded: causal attention, no mask

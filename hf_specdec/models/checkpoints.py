@@ -6,11 +6,16 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
-from safetensors import SafetensorError
+import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import load_file
 from transformers.utils import cached_file
 
+from .draft_vocab import draft_vocab_problem, vocab_bound
 from .registry import PublishedFormat
 
 
@@ -37,22 +42,84 @@ def load_checked(load: Callable, path, *args, published: PublishedFormat | None 
     """
     kwargs.setdefault("use_safetensors", True)
     wants_info = kwargs.pop("output_loading_info", False)
-    try:
+    if published is None:
+        check_saved_draft_vocab(path, kwargs.get("subfolder", ""))
+    with readable(path):
         model, info = load(path, *args, output_loading_info=True, **kwargs)
-    except (SafetensorError, OSError, ValueError, RuntimeError) as err:
-        text = str(err)
-        if isinstance(err, SafetensorError) or "deserializ" in text.lower() or "header" in text.lower():
-            first_line = text.splitlines()[0] if text else type(err).__name__
-            raise ValueError(
-                f"the drafter checkpoint at {path!s} could not be read: its safetensors file is corrupt or "
-                f"truncated ({first_line}). Re-download it or save it again with `save_pretrained`."
-            ) from err
-        raise
     hub = {k: kwargs[k] for k in ("revision", "cache_dir", "token", "local_files_only", "subfolder") if k in kwargs}
     restored, layout_tensors = published.after_load(model, path, hub) if published is not None else (False, set())
     check_loaded_tensors(model, info, path, layout_tensors=layout_tensors, draft_vocab_restored=restored)
     check_draft_vocab(model, path)
     return (model, info) if wants_info else model
+
+
+def is_damaged(err: BaseException) -> bool:
+    """Whether `err` (raised while reading safetensors) says a file is corrupt or truncated."""
+    text = str(err).lower()
+    return isinstance(err, SafetensorError) or "deserializ" in text or "header" in text
+
+
+@contextmanager
+def readable(path, what: str = "the drafter checkpoint") -> Iterator[None]:
+    """Turn a damaged safetensors file met inside the block into a ValueError naming `what` at `path`."""
+    try:
+        yield
+    except (SafetensorError, OSError, ValueError, RuntimeError) as err:
+        if not is_damaged(err):
+            raise
+        text = str(err)
+        first_line = text.splitlines()[0] if text else type(err).__name__
+        raise ValueError(
+            f"{what} at {path!s} could not be read: its safetensors file is corrupt or truncated ({first_line}). "
+            "Re-download it or save it again with `save_pretrained`."
+        ) from err
+
+
+def read_safetensors(file: str | os.PathLike, what: str = "the file") -> dict[str, torch.Tensor]:
+    """The tensors of one safetensors `file` (`what` it holds); ValueError naming it when it is damaged."""
+    with readable(file, what):
+        return load_file(str(file))
+
+
+def check_saved_draft_vocab(path, subfolder: str = "") -> None:
+    """Refuse, before loading, a local checkpoint whose saved `draft_vocab` tensor is unusable (float ids, another
+    shape, empty, another length than draft_vocab_size, ids outside the vocabulary): transformers would cast or
+    reject it with a message that does not name it. A Hub id or a folder without one is left to `check_draft_vocab`."""
+    folder = Path(path) / subfolder
+    config_file = folder / "config.json"
+    if not config_file.is_file():
+        return
+    file = _file_holding(folder, "draft_vocab")
+    if file is None:
+        return
+    with readable(file, "the drafter checkpoint"), safe_open(str(file), "pt") as f:
+        ids = f.get_tensor("draft_vocab")
+    config = read_config_dict(folder)
+    size = config.get("draft_vocab_size")
+    bound = [config.get(k) for k in ("vocab_size", "target_vocab_size") if isinstance(config.get(k), int)]
+    _refuse_draft_vocab(draft_vocab_problem(ids, size, min(bound, default=None)), file)
+
+
+def _file_holding(folder: Path, name: str) -> Path | None:
+    """The safetensors file of `folder` (one file, or shards listed in model.safetensors.index.json) that holds
+    tensor `name`; None when none does."""
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        shard = json.loads(index.read_text(encoding="utf-8")).get("weight_map", {}).get(name)
+        return folder / shard if shard else None
+    file = folder / "model.safetensors"
+    if not file.is_file():
+        return None
+    with readable(file, "the drafter checkpoint"), safe_open(str(file), "pt") as f:
+        return file if name in f.keys() else None
+
+
+def _refuse_draft_vocab(problem: str | None, where) -> None:
+    if problem:
+        raise ValueError(
+            f"the draft vocabulary of the drafter at {where!s} is unusable: {problem}. Save the drafter again with "
+            "`set_draft_vocab(token_ids)` and `save_pretrained`, or remove draft_vocab_size from its config."
+        )
 
 
 def check_loaded_tensors(
@@ -99,19 +166,7 @@ def check_draft_vocab(model, path) -> None:
     ids = getattr(model, "draft_vocab", None)
     if size is None or ids is None:
         return
-    vocab = getattr(model.config, "vocab_size", None)
-    problem = None
-    if ids.dtype.is_floating_point or ids.dim() != 1 or len(ids) != size:
-        problem = f"it is a {ids.dtype} tensor of shape {tuple(ids.shape)}, not {size} integer token ids"
-    elif len(ids) and int(ids.min()) < 0:
-        problem = f"it holds negative ids (smallest {int(ids.min())})"
-    elif len(ids) and vocab is not None and int(ids.max()) >= vocab:
-        problem = f"it holds ids up to {int(ids.max())}, outside the target's vocabulary of {vocab}"
-    if problem:
-        raise ValueError(
-            f"the draft vocabulary of the drafter at {path!s} is unusable: {problem}. Save the drafter again with "
-            "`set_draft_vocab(token_ids)` and `save_pretrained`, or remove draft_vocab_size from its config."
-        )
+    _refuse_draft_vocab(draft_vocab_problem(ids, size, vocab_bound(model.config)), path)
 
 
 def _listed(names: set[str], shown: int = 8) -> str:
@@ -119,4 +174,13 @@ def _listed(names: set[str], shown: int = 8) -> str:
     return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
 
 
-__all__ = ["check_draft_vocab", "check_loaded_tensors", "load_checked", "read_config_dict"]
+__all__ = [
+    "check_draft_vocab",
+    "check_loaded_tensors",
+    "check_saved_draft_vocab",
+    "is_damaged",
+    "load_checked",
+    "read_config_dict",
+    "read_safetensors",
+    "readable",
+]

@@ -10,6 +10,10 @@ An adapter's base (`base_model_name_or_path` in adapter_config.json) is found wh
 (`adapter_base`): as an absolute folder, relative to the adapter folder (how hf_specdec saves it), relative to the
 working directory or to a folder above the adapter (where older runs' training ran), as an offline model name, else
 as a Hub id.
+
+What is not a drafter (an empty folder, an unknown `model_type`, a plain causal LM) is refused with a message that
+says so and lists the kinds and published layouts that load; a config naming an hf_specdec kind that its config
+class refuses is refused with that reason and the file's name.
 """
 
 from __future__ import annotations
@@ -22,12 +26,21 @@ from pathlib import Path
 from huggingface_hub import hf_hub_download, snapshot_download
 from peft import PeftModel
 from transformers import AutoConfig, AutoModel, PreTrainedModel
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
 from .base_models import offline_models_dir
 from .block_drafter import BlockDrafter, BlockDrafterConfig
-from .checkpoints import read_config_dict
+from .checkpoints import read_config_dict, readable
 from .pard import PardConfig
-from .registry import DrafterKind, head_named, kind_for_config, kind_for_model_type, published_format
+from .registry import (
+    DrafterKind,
+    head_named,
+    kind_for_config,
+    kind_for_model_type,
+    published_format,
+    registered_formats,
+    registered_kinds,
+)
 
 ADAPTER_CONFIG = "adapter_config.json"
 _HUB_KWARGS = ("revision", "cache_dir", "token", "local_files_only", "subfolder")
@@ -92,10 +105,13 @@ def _load_drafter(name_or_path, chain: tuple[str, ...], kwargs: dict) -> PreTrai
     """`load_drafter`; `chain`: the adapter folders whose bases are being loaded, outermost first."""
     hub = {k: kwargs[k] for k in _HUB_KWARGS if k in kwargs}
     name_or_path = _adapter_snapshot(name_or_path, hub) or name_or_path
-    config = _saved_config(name_or_path, **hub)
-    kind = kind_for_config(config) or _published_kind(name_or_path, hub)
+    raw = _config_dict(name_or_path, hub)
+    config = _checked_config(name_or_path, raw, hub)
+    kind = kind_for_config(config) or _published_kind(raw)
     if is_adapter(name_or_path) and not (kind is not None and kind.capabilities.adapter_folders):
         return _load_adapter(name_or_path, None, chain, kwargs)
+    if kind is None:
+        _refuse_non_drafter(name_or_path, raw)
     if config is not None and config.model_type in SAVED_HEAD_KINDS and "config" not in kwargs:
         kwargs = {**kwargs, "config": config}  # the head's shape sits at the config's top level: read it so
     return (kind.model_class if kind else BlockDrafter).from_pretrained(name_or_path, **kwargs)
@@ -107,13 +123,67 @@ def saved_kind(name_or_path: str | os.PathLike, **hub) -> DrafterKind | None:
     return kind_for_config(_saved_config(name_or_path, **hub))
 
 
-def _published_kind(name_or_path, hub: dict) -> DrafterKind | None:
-    """The base that reads `name_or_path` when its config is in a published layout (`models/formats/`)."""
-    try:
-        published = published_format(read_config_dict(name_or_path, **hub))
-    except (OSError, ValueError):
-        return None
+def _published_kind(raw: dict | None) -> DrafterKind | None:
+    """The base that reads a `config.json` dict in a published layout (`models/formats/`); None for another."""
+    published = published_format(raw)
     return None if published is None else kind_for_model_type(published.base_model_type)
+
+
+def _config_dict(name_or_path, hub: dict) -> dict | None:
+    """The `config.json` of `name_or_path` as a dict; None when there is none or it cannot be fetched (a Hub id that
+    does not resolve: `from_pretrained` then says why). A local config.json that is not JSON raises, naming it."""
+    try:
+        return read_config_dict(name_or_path, **hub)
+    except (OSError, ValueError):
+        if os.path.isfile(os.path.join(name_or_path, "config.json")):
+            raise
+        return None
+
+
+def _checked_config(name_or_path, raw: dict | None, hub: dict):
+    """`_saved_config`, except that a config naming an hf_specdec kind which its config class refuses raises that
+    refusal (a bad mask id, block size, decoding setting, a missing base_config), naming the file."""
+    try:
+        return AutoConfig.from_pretrained(name_or_path, **hub)
+    except (TypeError, ValueError) as err:
+        model_type = raw.get("model_type") if isinstance(raw, dict) else None
+        if kind_for_model_type(model_type) is None and model_type not in SAVED_HEAD_KINDS:
+            return None
+        where = Path(name_or_path) / "config.json" if os.path.isdir(name_or_path) else f"{name_or_path}/config.json"
+        error = TypeError if isinstance(err, TypeError) else ValueError
+        raise error(f"the {model_type} drafter config {where} is unusable: {err}") from err
+    except (OSError, KeyError):
+        return None
+
+
+def _refuse_non_drafter(name_or_path, raw: dict | None) -> None:
+    """ValueError saying that `name_or_path` is no drafter hf_specdec knows, and what it does load. Returns for a
+    name that is neither a local folder nor a readable config (transformers' own error then says why)."""
+    if raw is None and not os.path.isdir(name_or_path):
+        return
+    model_type = raw.get("model_type") if isinstance(raw, dict) else None
+    hint = ""
+    if raw is None:
+        files = sorted(os.listdir(name_or_path))
+        reason = "it holds no config.json" + (" (the folder is empty)" if not files else f" (it holds {files[:6]})")
+    elif not model_type:
+        reason = "its config.json names no model_type"
+    elif model_type in CONFIG_MAPPING:
+        reason = f"its config.json is a plain {model_type!r} model's, not a drafter's"
+        hint = (
+            " A causal LM of the target's family drafts as a PARD drafter: "
+            "`PardDrafter.from_causal_lm(lm, target, mask_token_id=...)` (an AMD PARD-1 folder names its "
+            "`pard_token` in config.json)."
+        )
+    else:
+        reason = f"its config.json names model_type {model_type!r}, which no registered drafter kind saves"
+    kinds = ", ".join(f"{k.model_type} ({k.model_class.__name__})" for k in registered_kinds())
+    formats = ", ".join(f"{f.name} (as {f.base_model_type})" for f in registered_formats())
+    raise ValueError(
+        f"{name_or_path} is not a drafter hf_specdec can load: {reason}. It loads its own drafter kinds (config.json "
+        f"model_type {kinds}; a head saved on one: {', '.join(SAVED_HEAD_KINDS)}), the published layouts {formats}, "
+        f"and LoRA adapter folders (adapter_config.json + adapter_model.safetensors).{hint}"
+    )
 
 
 def _saved_config(name_or_path, **hub):
@@ -199,7 +269,8 @@ def _load_adapter(folder, base: PreTrainedModel | None, chain: tuple[str, ...], 
                 f"({err}). Set base_model_name_or_path in {Path(folder) / ADAPTER_CONFIG} to the base's folder "
                 "(relative to the adapter folder) or Hub id, or pass it: load_adapter(folder, base=drafter)."
             ) from err
-    return PeftModel.from_pretrained(base, str(folder)).merge_and_unload()
+    with readable(Path(folder) / "adapter_model.safetensors", "the LoRA adapter"):
+        return PeftModel.from_pretrained(base, str(folder)).merge_and_unload()
 
 
 __all__ = [

@@ -325,6 +325,11 @@ def registered_heads() -> list[DrafterHead]:
     return list(_HEADS.values())
 
 
+def registered_formats() -> list[PublishedFormat]:
+    """Every published layout a base reads, in registration order."""
+    return list(_FORMATS.values())
+
+
 __all__ = [
     "Capabilities",
     "DrafterBase",
@@ -350,6 +355,7 @@ __all__ = [
     "register_drafter_kind",
     "register_format",
     "register_head",
+    "registered_formats",
     "registered_heads",
     "registered_kinds",
 ]

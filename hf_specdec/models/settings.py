@@ -102,6 +102,18 @@ class DecodingSettings:
         return self.tree_budget > 0 or self.prompt_lookup_tokens > 0 or (do_sample and self.sampled_drafts == "exact")
 
 
+def check_saved_settings(values: object) -> None:
+    """Refuse a config's saved `decoding` that `DecodingSettings` does not take (a wrong type, an out-of-range value,
+    an unknown name): a drafter config calls it when built, so a bad one fails at load, not at the first generate.
+    Raises the TypeError or ValueError `DecodingSettings` raises, prefixed with what it is."""
+    try:
+        DecodingSettings.from_dict(values)
+    except (TypeError, ValueError) as err:
+        raise type(err)(
+            f"the drafter's saved decoding settings are invalid: {err} Fix or remove `decoding` in its config.json."
+        ) from err
+
+
 class SavedDecoding:
     """Mixin for drafter models: `decoding` is read from and written to `config.decoding`, so it is saved with the
     drafter. Assign a whole `DecodingSettings` (or dict): the property returns a copy."""
@@ -118,4 +130,4 @@ class SavedDecoding:
         self.config.decoding = settings.to_dict()
 
 
-__all__ = ["DecodingSettings", "SavedDecoding"]
+__all__ = ["DecodingSettings", "SavedDecoding", "check_saved_settings"]

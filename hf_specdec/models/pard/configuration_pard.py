@@ -12,6 +12,7 @@ from transformers import AutoConfig, PreTrainedConfig
 
 from ..block_drafter.configuration_block_drafter import build_target_layer_ids
 from ..registry import check_head
+from ..settings import check_saved_settings
 
 
 @strict
@@ -109,6 +110,7 @@ class PardConfig(PreTrainedConfig):
         if self.target_vocab_size is not None and self.vocab_size is not None:
             if min(self.vocab_size, self.target_vocab_size) <= self.mask_token_id:
                 raise ValueError(f"mask_token_id {self.mask_token_id} is outside the target's or the LM's vocabulary")
+        check_saved_settings(self.decoding)
         check_head(self)
 
     @classmethod

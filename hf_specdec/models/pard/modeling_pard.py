@@ -19,15 +19,17 @@ from pathlib import Path
 
 import torch
 import torch.nn as nn
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from transformers import AutoModelForCausalLM, PreTrainedModel
 
 from ..attach import HEAD_WEIGHTS, is_head_folder, load_head_folder
 from ..base_models import missing_base_hint, resolve_base_model
-from ..checkpoints import load_checked, read_config_dict
+from ..checkpoints import load_checked, read_config_dict, read_safetensors, readable
+from ..draft_vocab import checked_draft_vocab, vocab_bound
 from ..registry import build_head, published_format
 from ..settings import SavedDecoding
 from .configuration_pard import PardConfig
+from .folder_checks import check_base_matches, folder_config, read_draft_vocab, refuse_pickled_weights
 from .layout import block_layout, layout_features
 
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -86,8 +88,9 @@ class PardDrafter(SavedDecoding, PreTrainedModel):
         self._init_weights(self.feature_proj)
 
     def set_draft_vocab(self, token_ids: torch.LongTensor) -> None:
-        """Score only `token_ids` with the drafter's head (e.g. the most frequent target tokens)."""
-        ids = torch.as_tensor(token_ids, dtype=torch.long).unique()  # sorted
+        """Score only `token_ids` with the drafter's head (e.g. the most frequent target tokens): a non-empty 1-D
+        tensor or list of integer ids inside the LM's and the target's vocabulary (ValueError otherwise)."""
+        ids = checked_draft_vocab(token_ids, vocab_bound(self.config))
         self.config.draft_vocab_size = len(ids)
         self.draft_vocab = ids.to(self.get_output_embeddings().weight.device)
 
@@ -187,18 +190,21 @@ class PardDrafter(SavedDecoding, PreTrainedModel):
                 config, dtype=kwargs.get("dtype"), device_map=kwargs.get("device_map"), exact=published
             )
             return drafter
+        if folder.is_dir():
+            refuse_pickled_weights(folder)
+            if (folder / "config.json").is_file() and kwargs.get("config") is None:
+                folder_config(cls.config_class, folder)  # a bad config refused naming its file
         if folder.is_dir() and not any(folder.glob("model*.safetensors")):
             if is_head_folder(folder):
                 return load_head_folder(folder, dtype=kwargs.get("dtype"), device_map=kwargs.get("device_map"))
             if (folder / ADAPTER_WEIGHTS).is_file():
                 return cls.from_adapter_folder(folder, dtype=kwargs.get("dtype"), device_map=kwargs.get("device_map"))
             # a config alone: the base LM as is (an untrained mask token: its first draft is the LM's next token)
-            config = cls.config_class.from_pretrained(folder)
+            config = folder_config(cls.config_class, folder)
             return cls.from_base(
                 config, dtype=kwargs.get("dtype"), device_map=kwargs.get("device_map"), relative_to=folder
             )
-        kwargs.setdefault("use_safetensors", True)
-        return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        return load_checked(super().from_pretrained, pretrained_model_name_or_path, *args, **kwargs)
 
     @classmethod
     def from_base(cls, config: PardConfig, dtype=None, device_map=None, relative_to=None, exact=None) -> PardDrafter:
@@ -210,9 +216,11 @@ class PardDrafter(SavedDecoding, PreTrainedModel):
         where = resolve_base_model(config.base_model, relative_to)
         load = functools.partial(AutoModelForCausalLM.from_pretrained, dtype=dtype or "auto", device_map=device_map)
         try:
-            lm = load(where) if exact is None else load_checked(load, where, published=_LayoutTensors(exact))
+            with readable(where, "the base LM"):
+                lm = load(where) if exact is None else load_checked(load, where, published=_LayoutTensors(exact))
         except OSError as err:
             raise OSError(missing_base_hint(config.base_model)) from err
+        check_base_matches(lm, config, where, relative_to)
         drafter = cls(config, lm=lm)
         drafter = drafter.to(device=lm.device, dtype=lm.dtype)
         if exact is not None:
@@ -225,20 +233,24 @@ class PardDrafter(SavedDecoding, PreTrainedModel):
         with the folder's config and draft vocabulary (a run that trains the adapter on loads it on top)."""
         from peft import PeftModel
 
-        config = cls.config_class.from_pretrained(folder)
-        drafter = cls.from_base(config, dtype=dtype, device_map=device_map, relative_to=folder)
-        if merge:
-            drafter = PeftModel.from_pretrained(drafter, str(folder)).merge_and_unload()
-            drafter.config = config
-        if (Path(folder) / FEATURES).is_file():  # an adapter trained on from one without features
-            weights = load_file(str(Path(folder) / FEATURES))
-            drafter.feature_proj.load_state_dict({k: v.to(drafter.dtype) for k, v in weights.items()})
-        if (Path(folder) / DRAFT_VOCAB).is_file():
-            drafter.draft_vocab = load_file(str(Path(folder) / DRAFT_VOCAB))["draft_vocab"].to(drafter.device)
-        elif config.draft_vocab_size is not None:
+        refuse_pickled_weights(folder)
+        config = folder_config(cls.config_class, folder)
+        vocab_file = Path(folder) / DRAFT_VOCAB
+        draft_vocab = read_draft_vocab(vocab_file, config) if vocab_file.is_file() else None  # before the base loads
+        if draft_vocab is None and config.draft_vocab_size is not None:
             raise ValueError(
                 f"{folder} sets draft_vocab_size but has no {DRAFT_VOCAB}; save it with save_adapter_folder"
             )
+        drafter = cls.from_base(config, dtype=dtype, device_map=device_map, relative_to=folder)
+        if merge:
+            with readable(Path(folder) / ADAPTER_WEIGHTS, "the LoRA adapter"):
+                drafter = PeftModel.from_pretrained(drafter, str(folder)).merge_and_unload()
+            drafter.config = config
+        if (Path(folder) / FEATURES).is_file():  # an adapter trained on from one without features
+            weights = read_safetensors(Path(folder) / FEATURES, "the target-feature projection")
+            drafter.feature_proj.load_state_dict({k: v.to(drafter.dtype) for k, v in weights.items()})
+        if draft_vocab is not None:
+            drafter.draft_vocab = draft_vocab.to(drafter.device)
         return drafter
 
     @staticmethod
