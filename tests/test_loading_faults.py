@@ -16,7 +16,7 @@ import shutil
 
 import pytest
 import torch
-from conftest import VOCAB, tiny_target
+from conftest import VOCAB, make_drafter, tiny_target
 from peft import LoraConfig, get_peft_model
 from safetensors.torch import load_file, save_file
 from test_pard import pard, tiny_lm
@@ -237,3 +237,11 @@ def test_a_saved_decoding_setting_of_the_wrong_type_is_refused_at_load(saved, tm
             match=f"{re.escape(str(folder))}/config.json is unusable: .*saved decoding settings are invalid.*{field}",
         ):
             load(folder)
+
+
+@pytest.mark.parametrize("ids", [[3, 256], [-1, 4], [], [[1, 2]], [1.5, 2.0]], ids=str)
+def test_a_block_drafters_set_draft_vocab_refuses_ids_it_cannot_score(ids):
+    drafter = make_drafter(tiny_target("llama"), 4)
+    with pytest.raises(ValueError, match="set_draft_vocab cannot use these token ids"):
+        drafter.set_draft_vocab(torch.tensor(ids) if ids and isinstance(ids[0], float) else ids)
+    assert drafter.config.draft_vocab_size is None and drafter.draft_vocab is None  # nothing changed

@@ -40,6 +40,7 @@ from transformers.models.qwen3.modeling_qwen3 import (
 
 from ..attach import is_head_folder, load_head_folder
 from ..checkpoints import load_checked, read_config_dict
+from ..draft_vocab import checked_draft_vocab, vocab_bound
 from ..registry import build_head, published_format
 from ..settings import SavedDecoding
 from .configuration_block_drafter import BlockDrafterConfig
@@ -180,8 +181,9 @@ class BlockDrafter(SavedDecoding, BlockDrafterPreTrainedModel):
         build_head(self)  # the head `config.head` names, if any (models/attach.py)
 
     def set_draft_vocab(self, token_ids: torch.LongTensor) -> None:
-        """Score only `token_ids` (e.g. the most frequent target tokens); sets `config.draft_vocab_size`."""
-        ids = torch.as_tensor(token_ids, dtype=torch.long).unique()  # sorted
+        """Score only `token_ids` (e.g. the most frequent target tokens); sets `config.draft_vocab_size`. A non-empty
+        1-D tensor or list of integer ids inside the target's vocabulary (ValueError otherwise)."""
+        ids = checked_draft_vocab(token_ids, vocab_bound(self.config))  # sorted
         self.config.draft_vocab_size = len(ids)
         self.draft_vocab = ids.to(self.fc.weight.device)
 
