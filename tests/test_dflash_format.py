@@ -103,8 +103,15 @@ def reference_model() -> MuseGlimmerAssistantModel:
     return model
 
 
-def test_zlab_checkpoint_loads_without_remote_code(zlab_checkpoint):
-    drafter = BlockDrafter.from_pretrained(zlab_checkpoint)
+@pytest.mark.parametrize("load", ["BlockDrafter", "load_drafter", "AutoModel"])
+def test_zlab_checkpoint_loads_without_remote_code(zlab_checkpoint, load):
+    from transformers import AutoModel
+
+    import hf_specdec
+
+    loader = {"BlockDrafter": BlockDrafter, "load_drafter": hf_specdec, "AutoModel": AutoModel}[load]
+    drafter = (loader.load_drafter if load == "load_drafter" else loader.from_pretrained)(zlab_checkpoint)
+    assert type(drafter) is BlockDrafter
     assert drafter.config.block_size == 8 and drafter.config.mask_token_id == 250
     assert drafter.config.target_layer_ids == TAPS and drafter.config.target_num_hidden_layers == 8
     assert drafter.config.rope_parameters["rope_theta"] == ROPE_THETA

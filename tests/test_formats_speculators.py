@@ -14,7 +14,7 @@ import torch
 from conftest import VOCAB, fed_ids, make_drafter, tiny_target
 from safetensors import safe_open
 from safetensors.torch import save_file
-from transformers import MuseGlimmerAssistantConfig, MuseGlimmerAssistantModel
+from transformers import AutoModel, MuseGlimmerAssistantConfig, MuseGlimmerAssistantModel
 
 from hf_specdec import BlockDrafter, BlockDrafterConfig, DecodingSettings, export_drafter, load_drafter
 from hf_specdec.models.formats.native_dflash import RENAMED
@@ -169,6 +169,8 @@ def test_the_converter_layout_loads_as_a_block_drafter(tmp_path, verifier_tensor
     drafter = load_drafter(folder)
     cfg = drafter.config
     assert type(drafter) is BlockDrafter and cfg.target_layer_ids == [0, 2]  # aux ids - 1
+    again = AutoModel.from_pretrained(folder)  # after import hf_specdec: the same block drafter
+    assert type(again) is BlockDrafter and again.config.target_layer_ids == [0, 2]
     assert (cfg.block_size, cfg.mask_token_id, cfg.draft_vocab_size) == (BLOCK, VOCAB - 1, None)
     assert (cfg.target_vocab_size, cfg.target_hidden_size, cfg.target_name_or_path) == (VOCAB, H, VERIFIER)
     assert cfg.target_num_hidden_layers is None  # the layout does not record it; the verifier is no local folder
