@@ -1,4 +1,4 @@
-"""Speculative decoding with a block drafter in three lines, timed against plain `generate`.
+"""Speculative decoding with a drafter (any kind) in three lines, timed against plain `generate`.
 
     python examples/quickstart.py --target path/to/target [--drafter path/to/drafter]
 
@@ -60,7 +60,7 @@ def main() -> None:
     print(tokenizer.decode(spec[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True))
     print("-" * 72)
     print(f"plain generate      : {n_plain / t_plain:6.2f} tokens/s ({n_plain} tokens, {t_plain:.1f} s)")
-    print(f"with block drafter  : {n_spec / t_spec:6.2f} tokens/s ({n_spec} tokens, {t_spec:.1f} s)")
+    print(f"{'with ' + type(drafter).__name__:<20}: {n_spec / t_spec:6.2f} tokens/s ({n_spec} tokens, {t_spec:.1f} s)")
     print(f"speedup             : {t_plain / t_spec * n_spec / max(n_plain, 1):.2f}x")
     print(f"tau (tokens/forward): {stats.tau:.2f}   accepted-length histogram: {stats.histogram}")
     if stats.plain_steps:  # the adaptive budget found that drafting does not pay here for these steps

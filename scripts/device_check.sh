@@ -5,7 +5,7 @@
 # working tree, with the carried .venv when there is one. About 8 minutes at most (--total-s).
 #
 #   bash scripts/device_check.sh --out "$OUT/device_step.json" 2>&1 | tee "$OUT/device_check.log"   # on the GPU
-#   bash scripts/device_check.sh --device cpu --small --out /tmp/device_step.json                 # CPU, < 1 min
+#   bash scripts/device_check.sh --device cpu --small --out runs/device_step.json                   # CPU, < 1 min
 #
 # Options: --device cuda|cpu (default cuda), --small (one test, the tiny shape and a few cases), --skip-tests,
 # --out PATH (default results/device_step.json), --total-s SECONDS (wall budget of tests + benchmark, default 450).

@@ -3,7 +3,7 @@ random models where forwards cost almost nothing. See hf_specdec/bench/host_over
 
     # the full table (two context lengths, 12 methods, 3 timed calls each), on one torch thread, once the
     # machine's 1-minute load average is below 2.5
-    python scripts/host_overhead.py --wait-load 2.5 --out-dir results/host_overhead
+    python scripts/host_overhead.py --wait-load 2.5 --out-dir runs/host_overhead
 
     # a quick look at two methods
     python scripts/host_overhead.py --methods tree native-dflash --contexts 64 --repeats 1

@@ -1,7 +1,7 @@
 """Supervised tokens per second: SpecOPD vs sequential OPD on the same target, drafter and data, in one run.
 
     python scripts/opd_throughput.py --target ~/.cache/hf_specdec/models/qwen2.5-coder-1.5b \\
-        --drafter runs/qwen1.5b-b8/drafter --output_dir results/opd-throughput \\
+        --drafter runs/qwen1.5b-b8/drafter --output_dir runs/opd-throughput \\
         --data_dir runs/qwen1.5b-b8/data --continue_prompts False --label_source target_argmax --num_prompts 160 \\
         --max_length 512 --steps 8 --batch_size 1 --tree_anchors 16 --branches 8
 

@@ -1,7 +1,7 @@
 """Put a benchmark's markdown report (scripts/benchmark.py's benchmark.md) into README.md between the markers
 `<!-- results:start -->` and `<!-- results:end -->`, unchanged, so the README's figures are the script's.
 
-    python scripts/readme_results.py results/shipped/benchmark.md
+    python scripts/readme_results.py results/single-stream/2026-12-02-1152/benchmark.md --readme docs/benchmarks.md
 
 The copying is hf_specdec.bench.readme_results; this script parses arguments.
 """

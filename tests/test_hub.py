@@ -220,7 +220,7 @@ def test_card_has_metadata_results_and_no_token(hub_env, tiny, tmp_path):
 
 def test_card_of_the_shipped_drafter_renders_from_real_benchmark_results():
     folder = REPO_ROOT / "drafters/qwen2.5-coder-1.5b-pard"
-    bench = REPO_ROOT / "results/adaptive-single-pard/benchmark.json"
+    bench = REPO_ROOT / "results/single-stream/2026-12-01-adaptive/benchmark.json"
     card = render_card(folder, "me/qwen-drafter", target_id="Qwen/Qwen2.5-Coder-1.5B", benchmark_json=bench)
     rows = [line for line in card.text.splitlines() if line.startswith("| all |")]
     assert len(rows) == len(json.loads(bench.read_text())["methods"])

@@ -1,5 +1,6 @@
-"""Every command README.md and the scripts' --help show runs as written: the scripts and files exist, their parsers
-accept the arguments, shell scripts parse, Python snippets compile, and every script's --help starts without torch.
+"""Every command README.md, docs/*.md and the scripts' --help show runs as written: the scripts and files exist,
+their parsers accept the arguments, shell scripts parse, Python snippets compile, and every script's --help starts
+without torch.
 
 A command is checked without running its work: `python scripts/X.py ARGS` (also under `accelerate launch`) is
 parsed by the script's own parser, caught in `main()` at its `parse_known_args` call, so nothing loads. A bare
@@ -25,9 +26,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
+# the README and every docs page: their commands, snippets and paths are checked alike
+PAGES = {p.relative_to(ROOT).as_posix(): p.read_text() for p in [ROOT / "README.md", *sorted(ROOT.glob("docs/*.md"))]}
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 RESULTS = re.compile(r"<!-- results:start -->.*?<!-- results:end -->", re.S)
-PATH = re.compile(r"(?<![\w.~/-])(?:scripts|drafters|results|examples)/[\w.@*/-]*")
+PATH = re.compile(r"(?<![\w.~/:-])(?:scripts|drafters|results|examples)/[\w.@*/-]*")
 RESTORED = re.compile(r"git checkout \w+ -- ([\w./-]+)")  # a path the README says comes back from git history
 # commands of other tools the README shows; they are not run, the paths they name are checked like any other
 OTHER_TOOLS = ("vllm serve", "python -m sglang.launch_server", "export ", "git checkout ", ". .venv/bin/activate")
@@ -48,8 +51,10 @@ def shell_commands(text: str, starting: str = "") -> list[str]:
     return [command for command in (shlex.join(shlex.split(x, comments=True)) for x in lines) if command]
 
 
-def readme_blocks(language: tuple[str, ...]) -> list[str]:
-    return [body for lang, body in FENCE.findall(RESULTS.sub("", README)) if lang in language]
+def readme_blocks(language: tuple[str, ...], text: str | None = None) -> list[str]:
+    """Fenced blocks of `language` in `text` (default: the README and every docs page), copied reports left out."""
+    texts = [text] if text is not None else list(PAGES.values())
+    return [body for t in texts for lang, body in FENCE.findall(RESULTS.sub("", t)) if lang in language]
 
 
 README_COMMANDS = [c for block in readme_blocks(("bash", "sh")) for c in shell_commands(block)]
@@ -119,25 +124,30 @@ def test_readme_command_runs_as_written(command, monkeypatch):
     check_command(command, monkeypatch)
 
 
-def test_readme_python_snippets_compile():
-    snippets = readme_blocks(("python",))
-    assert snippets
-    for snippet in snippets:
-        compile(snippet, "README.md", "exec")
+@pytest.mark.parametrize("page", sorted(PAGES))
+def test_python_snippets_compile(page):
+    for snippet in readme_blocks(("python",), PAGES[page]):
+        compile(snippet, page, "exec")
+
+
+def test_readme_is_short_and_has_a_runnable_snippet():
+    assert README.count("\n") <= 210, "README.md is the five-minute page: details go to docs/"
+    assert readme_blocks(("python",), README)
 
 
 def test_setup_is_two_commands():
     setup = README.split("## Set-up", 1)[1].split("\n## ", 1)[0]
-    commands = [c for _, body in FENCE.findall(setup) for c in shell_commands(body)]
+    commands = [c for lang, body in FENCE.findall(setup) if lang in ("bash", "sh") for c in shell_commands(body)]
     assert commands == ["bash scripts/quickstart.sh", "bash scripts/test.sh"]
 
 
-def test_paths_the_readme_names_exist():
-    text = RESULTS.sub("", README)
+@pytest.mark.parametrize("page", sorted(PAGES))
+def test_paths_the_readme_and_docs_name_exist(page):
+    text = RESULTS.sub("", PAGES[page])
     restored = set(RESTORED.findall(text))
     named = {p.split("@")[0].rstrip(".,;:/") for p in PATH.findall(text)} - restored  # PATH@OPTS: a drafter spec
     missing = sorted(p for p in named if "<" not in p and not list(ROOT.glob(p)))
-    assert not missing, f"README.md names paths that are not in the repository: {missing}"
+    assert not missing, f"{page} names paths that are not in the repository: {missing}"
 
 
 def help_of(script: Path) -> subprocess.CompletedProcess:
