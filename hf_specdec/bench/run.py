@@ -58,8 +58,8 @@ def run(args: argparse.Namespace, command: str) -> int:
     cases = load_cases(AutoTokenizer.from_pretrained(target_path), args.tasks, args.num_prompts, args.seed)
     meta = {
         "command": command,
-        "target": target_path,
-        "assistant": assistant_path,
+        "target": args.target,  # as given (an offline model's name, a Hub id): no machine path in the report
+        "assistant": None if assistant_path is None else args.assistant,
         "drafters": [asdict(d) for d in drafters],
     }
     if args.concurrency:
