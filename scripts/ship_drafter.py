@@ -3,7 +3,8 @@
     python scripts/ship_drafter.py --run runs/qwen1.5b-b8 --name qwen2.5-coder-1.5b --command "python scripts/..."
     # and publish it with a model card (needs a Hub token with write access):
     python scripts/ship_drafter.py ... --push_to_hub me/qwen2.5-coder-1.5b-drafter \\
-        --target_id Qwen/Qwen2.5-Coder-1.5B-Instruct --benchmark results/single-stream/2026-12-02-1152 --license apache-2.0
+        --target_id Qwen/Qwen2.5-Coder-1.5B-Instruct --benchmark results/single-stream/2026-12-02-1152 \\
+        --license apache-2.0
 
 Takes the finished drafter (run/drafter) or, if training was stopped early, the last checkpoint (run/checkpoint),
 writes drafters/NAME/{config.json, model.safetensors, TRAINING.md, loss.png} and replaces what was there (a PARD
