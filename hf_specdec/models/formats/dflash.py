@@ -290,9 +290,15 @@ def export_dflash(drafter, out_dir: str | os.PathLike, target: PreTrainedModel |
     config = dflash_config_from_block_drafter(drafter.config)
     tensors = dflash_state_dict(drafter, target)
     config["torch_dtype"] = str(tensors["fc.weight"].dtype).removeprefix("torch.")
+    return write_layout(out_dir, config, tensors)
+
+
+def write_layout(out_dir: str | os.PathLike, config: dict, tensors: dict, sort_keys: bool = False) -> Path:
+    """A published block-drafter folder: `config.json` and one `model.safetensors` (every DFlash-family writer)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=sort_keys) + "\n", encoding="utf-8")
+    tensors = {name: t.contiguous() for name, t in tensors.items()}
     save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
     return out
 
@@ -322,4 +328,5 @@ __all__ = [
     "export_dflash",
     "is_dflash_config",
     "restore_after_load",
+    "write_layout",
 ]

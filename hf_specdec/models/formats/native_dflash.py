@@ -31,19 +31,17 @@ differently there.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from pathlib import Path
 
 import torch
-from safetensors.torch import save_file
 from transformers import MuseGlimmerAssistantConfig, PretrainedConfig, PreTrainedModel
 
 from ..block_drafter.configuration_block_drafter import LAYER_TYPES, BlockDrafterConfig
 from ..registry import PublishedFormat, register_format
 from ..target_features import check_drafter_matches_target
-from .dflash import check_block_drafter, dflash_weight_names
+from .dflash import check_block_drafter, dflash_weight_names, write_layout
 
 logger = logging.getLogger(__name__)
 
@@ -161,11 +159,7 @@ def export_native_dflash(drafter, out_dir: str | os.PathLike, target: PreTrained
     out |= {"vocab_size": target_vocab} if target_vocab is not None else {}
     out |= {"num_target_layers": cfg.target_num_hidden_layers} if cfg.target_num_hidden_layers else {}
     tensors = {name: t.detach().cpu().contiguous() for name, t in native_state_dict(drafter).items()}
-    folder = Path(out_dir)
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(json.dumps(out, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
-    return folder
+    return write_layout(out_dir, out, tensors, sort_keys=True)
 
 
 def _after_load(model, path, hub: dict) -> tuple[bool, set[str]]:

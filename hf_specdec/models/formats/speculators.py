@@ -51,13 +51,12 @@ from pathlib import Path
 
 import torch
 import transformers
-from safetensors.torch import save_file
 from transformers import AutoConfig, PretrainedConfig, PreTrainedModel, Qwen3Config
 
 from ..block_drafter.configuration_block_drafter import BlockDrafterConfig
 from ..registry import PublishedFormat, register_format
 from ..target_features import check_drafter_matches_target
-from .dflash import check_block_drafter, dflash_state_dict, draft_vocab_from_d2t
+from .dflash import check_block_drafter, dflash_state_dict, draft_vocab_from_d2t, write_layout
 
 SPECULATORS_DFLASH = "dflash"
 SPECULATORS_ARCHITECTURE = "DFlashDraftModel"
@@ -290,12 +289,7 @@ def export_speculators(
     architectures = target.config.architectures or [type(target).__name__]  # what VerifierConfig reads
     verifier = {"name_or_path": name, "architectures": architectures}
     config = speculators_config_dict(cfg, target.config, verifier, embed.shape[0], dtype)
-    folder = Path(out_dir)
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    tensors = {key: t.contiguous() for key, t in tensors.items()}
-    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
-    return folder
+    return write_layout(out_dir, config, tensors, sort_keys=True)
 
 
 FORMAT = register_format(
