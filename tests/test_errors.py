@@ -92,10 +92,11 @@ def test_use_cache_false(setup):
         target.generate(prompt, max_new_tokens=4, use_cache=False, assistant_model=drafter)
 
 
-def test_other_drafting_methods_conflict(setup):
+@pytest.mark.parametrize("other", [{"assistant_early_exit": 2}, {"use_mtp": True}])
+def test_other_drafting_methods_conflict(setup, other):
     target, drafter, prompt = setup
-    with pytest.raises(ValueError, match="prompt_lookup_num_tokens"):
-        target.generate(prompt, max_new_tokens=4, prompt_lookup_num_tokens=3, assistant_model=drafter)
+    with pytest.raises(ValueError, match=f"{next(iter(other))}=.* selects another drafting method"):
+        target.generate(prompt, max_new_tokens=4, assistant_model=drafter, **other)
 
 
 def test_a_dynamic_cache_passed_in_is_fine(setup):

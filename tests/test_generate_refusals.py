@@ -3,7 +3,8 @@
 Each refusal is a case that used to give silently different output or an unexplained crash: a cache that already
 holds part of the prompt, `inputs_embeds` in hf_specdec's own loop, classifier-free guidance, SynthID
 watermarking, DoLa. A bf16 drafter (as shipped) with an fp32 target used to fail with a dtype error; it now gives
-plain greedy's tokens.
+plain greedy's tokens. transformers' assisted-generation settings that have no drafter equivalent are refused with
+an error naming what to set instead (the mapped ones: tests/test_transformers_seam.py).
 """
 
 from __future__ import annotations
@@ -14,10 +15,16 @@ import inspect
 import pytest
 import torch
 from conftest import VOCAB, make_drafter, tiny_target
-from transformers import DynamicCache, LogitsProcessorList, SynthIDTextWatermarkingConfig, WatermarkingConfig
+from transformers import (
+    DynamicCache,
+    GenerationConfig,
+    LogitsProcessorList,
+    SynthIDTextWatermarkingConfig,
+    WatermarkingConfig,
+)
 from transformers.generation.logits_process import UnbatchedClassifierFreeGuidanceLogitsProcessor
 
-from hf_specdec import BlockDrafter, DCOCODrafter, DecodingSettings
+from hf_specdec import BlockDrafter, DCOCODrafter, DecodingSettings, SpeculativeServer
 
 CHAIN = DecodingSettings(budget="fixed", sampled_drafts="argmax")  # transformers' assisted loop
 TREE = DecodingSettings(budget="fixed", tree_budget=6)  # hf_specdec's loop
@@ -141,3 +148,61 @@ def test_an_fp32_drafter_with_a_bf16_target_drafts(setup):
     drafter.decoding = TREE
     out = target.generate(prompt, max_new_tokens=12, do_sample=False, assistant_model=drafter)
     assert out.shape == (1, prompt.shape[1] + 12) and drafter.last_acceptance_stats.verify_forwards > 0
+
+
+# transformers' setting -> what its refusal must name (the equivalent, or why there is none)
+REFUSED = {
+    "num_assistant_tokens": (5, r"block_size - 1 = 3 tokens per step.*DecodingSettings\(budget=..., tree_budget"),
+    "assistant_confidence_threshold": (0.3, r"no equivalent.*DecodingSettings\(budget='auto'\)"),
+    "assistant_lookbehind": (4, r"another tokenizer.*drafts the target's own tokens"),
+    "target_lookbehind": (4, r"another tokenizer.*drafts the target's own tokens"),
+    "assistant_ensemble_weight": (0.5, r"not lossless.*verifies against the target alone"),
+    "assistant_early_exit": (2, r"selects another drafting method"),
+    "use_mtp": (True, r"selects another drafting method"),
+    "speculation_type": ("dflash", r"transformers' own drafting code.*Unset speculation_type"),
+}
+
+
+@pytest.mark.parametrize("how", ["kwargs", "generation_config"])
+@pytest.mark.parametrize("knob", REFUSED)
+def test_transformers_settings_without_an_equivalent_are_refused_naming_what_to_set(setup, knob, how):
+    target, drafter, prompt = setup
+    value, names = REFUSED[knob]
+    with pytest.raises(ValueError, match=rf"{knob}={value!r} .*{names}"):
+        if how == "kwargs":
+            target.generate(prompt, max_new_tokens=6, assistant_model=drafter, **{knob: value})
+        else:
+            config = GenerationConfig(max_new_tokens=6, **{knob: value})
+            target.generate(prompt, generation_config=config, assistant_model=drafter)
+
+
+def test_a_default_counts_only_when_passed(setup):
+    """transformers fills num_assistant_tokens=20 when unset: a call that does not pass it is served, one that passes
+    the same value is refused."""
+    target, drafter, prompt = setup
+    target.generate(prompt, max_new_tokens=4, assistant_model=drafter)
+    with pytest.raises(ValueError, match="num_assistant_tokens=20 .*block_size"):
+        target.generate(prompt, max_new_tokens=4, assistant_model=drafter, num_assistant_tokens=20)
+
+
+@pytest.mark.parametrize(
+    "passed, names",
+    [
+        ({"max_matching_ngram_size": 2}, r"prompt lookup is off.*prompt_lookup_num_tokens=N too"),
+        ({"prompt_lookup_num_tokens": -1}, r"prompt_lookup_num_tokens=-1 sets .*prompt_lookup_tokens.*>= 0"),
+        ({"num_assistant_tokens_schedule": "sometimes"}, r"schedules are \['constant'.*DecodingSettings.budget"),
+    ],
+)
+def test_a_mapped_setting_the_drafter_cannot_take_says_why(setup, passed, names):
+    target, drafter, prompt = setup
+    with pytest.raises(ValueError, match=names):
+        target.generate(prompt, max_new_tokens=4, assistant_model=drafter, **passed)
+
+
+def test_the_server_refuses_mapped_settings_naming_the_drafters_field(setup):
+    """The server serves every request with the drafter's own settings: it names the field to set instead."""
+    target, drafter, _ = setup
+    with pytest.raises(ValueError, match=r"drafter.decoding = DecodingSettings\(prompt_lookup_tokens=4"):
+        SpeculativeServer(target, drafter, prompt_lookup_num_tokens=4)
+    with pytest.raises(ValueError, match=r"num_assistant_tokens=5 .*block_size - 1 = 3"):
+        SpeculativeServer(target, drafter, num_assistant_tokens=5)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shlex
 import signal
 import socket
@@ -273,6 +274,7 @@ def test_clamped_vocabulary_and_dropped_items_are_stated_and_logged(tmp_path, ca
     for sentence in log["adjustments"]:
         assert f"note: {sentence}" in caplog.text  # stated when they happen, too
     assert f"done: 2 steps, {log['supervised_tokens']:,} supervised tokens seen, loss " in caplog.text
+    assert re.search(r"loss [\d.]+ -> [\d.]+, \S+ of training in total, \S+ in this process\n", caplog.text)
     assert f"drafter: {out}" in caplog.text and "hf_specdec.load_drafter(" in caplog.text
 
 

@@ -17,6 +17,7 @@ from transformers.generation.logits_process import (
 )
 
 from ..models.target_features import check_drafter_matches_target
+from .transformers_names import check_transformers_names
 
 logger = logging.getLogger(__name__)
 _STATIC_CACHES = ("static", "offloaded_static", "hybrid", "sliding_window", "hybrid_chunked", "offloaded_hybrid")
@@ -30,9 +31,15 @@ _STATEFUL_PROCESSORS = {
 
 
 def validate_generation_settings(
-    target: PreTrainedModel, drafter: PreTrainedModel, generation_mode, generation_config: GenerationConfig
+    target: PreTrainedModel,
+    drafter: PreTrainedModel,
+    generation_mode,
+    generation_config: GenerationConfig,
+    explicit: frozenset[str] | None = None,
 ) -> None:
-    """Raise ValueError for settings a drafter cannot serve; pass silently otherwise."""
+    """Raise ValueError for settings a drafter cannot serve; pass silently otherwise. `explicit`: the transformers
+    drafting settings a `generate()` call passed, which may map onto the drafter's `DecodingSettings` for the call;
+    None where settings are not mapped per call (`transformers_names`)."""
     name = type(drafter).__name__
     if generation_config.num_beams is not None and generation_config.num_beams > 1:
         raise ValueError(
@@ -53,11 +60,7 @@ def validate_generation_settings(
         )
     if generation_config.use_cache is False:
         raise ValueError(f"{name} needs use_cache=True: verification reuses the target's KV cache.")
-    for knob in ("prompt_lookup_num_tokens", "assistant_early_exit"):
-        if getattr(generation_config, knob, None) is not None:
-            raise ValueError(f"{knob} selects another drafting method; unset it when passing {name}.")
-    if getattr(generation_config, "use_mtp", False):
-        raise ValueError(f"use_mtp selects another drafting method; unset it when passing {name}.")
+    check_transformers_names(drafter, generation_config, explicit)
     _refuse_unhonoured_settings(name, generation_config)
     check_drafter_matches_target(drafter.config, target)
     warn_int8_outliers(target)

@@ -32,6 +32,7 @@ from .base_models import offline_models_dir
 from .block_drafter import BlockDrafter, BlockDrafterConfig
 from .checkpoints import read_config_dict, readable
 from .pard import PardConfig
+from .peft_probe import quiet_peft_probe
 from .registry import (
     DrafterKind,
     head_named,
@@ -269,7 +270,7 @@ def _load_adapter(folder, base: PreTrainedModel | None, chain: tuple[str, ...], 
                 f"({err}). Set base_model_name_or_path in {Path(folder) / ADAPTER_CONFIG} to the base's folder "
                 "(relative to the adapter folder) or Hub id, or pass it: load_adapter(folder, base=drafter)."
             ) from err
-    with readable(Path(folder) / "adapter_model.safetensors", "the LoRA adapter"):
+    with readable(Path(folder) / "adapter_model.safetensors", "the LoRA adapter"), quiet_peft_probe():
         return PeftModel.from_pretrained(base, str(folder)).merge_and_unload()
 
 

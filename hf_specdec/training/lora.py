@@ -15,6 +15,7 @@ import torch
 from peft import LoraConfig, PeftModel, get_peft_model
 
 from ..models.block_drafter.modeling_block_drafter import BlockDrafter
+from ..models.peft_probe import quiet_peft_probe
 from ..models.registry import capabilities_of, registered_heads
 from .config import DrafterTrainingConfig
 
@@ -56,7 +57,8 @@ def add_lora(
         trainable_token_indices=drafter.trainable_token_indices if caps.trainable_token_rows else None,
     )
     torch.manual_seed(config.seed)  # adapter init (lora_A) is random: the same run gives the same adapters
-    model = get_peft_model(drafter, lora)
+    with quiet_peft_probe():
+        model = get_peft_model(drafter, lora)
     model.peft_config["default"].base_model_name_or_path = base_name_or_path
     return model
 
@@ -70,7 +72,8 @@ def continue_lora(drafter: BlockDrafter, config: DrafterTrainingConfig, folder: 
             f"{config.lora_rank} asks for another rank. Pass --lora_rank {saved.r}, or --lora_rank 0 to fine-tune "
             "the merged drafter whole"
         )
-    model = PeftModel.from_pretrained(drafter, str(folder), is_trainable=True)
+    with quiet_peft_probe():
+        model = PeftModel.from_pretrained(drafter, str(folder), is_trainable=True)
     features = getattr(drafter, FEATURE_PROJ, None)  # added to a drafter whose adapter had none: trained whole,
     if features is not None and FEATURE_PROJ not in (saved.modules_to_save or ()):  # saved beside the adapter
         features.requires_grad_(True)

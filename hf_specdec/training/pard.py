@@ -37,7 +37,7 @@ class PardTrainer(DrafterTrainer):
     def adapter_to_continue(cls, config: PardTrainingConfig) -> str | None:
         """`config.drafter` when it is a PARD adapter folder and the run trains LoRA: its config names the causal LM
         under it, not the folder, so a second adapter on top would be lost on loading; the run trains this one on
-        and saves it whole (a shipped adapter continued on another machine, another session)."""
+        and saves it whole (a shipped adapter trained further, here or on another machine)."""
         if config.lora_rank and config.drafter and PardDrafter.is_adapter_folder(config.drafter):
             return config.drafter
         return None

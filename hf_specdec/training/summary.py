@@ -62,7 +62,7 @@ def run_summary(
     tokens = trainer.supervised_key.replace("_", " ")
     lines = [
         f"done: {state['step']} steps{resumed}, {state['supervised_tokens']:,} {tokens} seen, {loss}, "
-        f"{_duration(state['elapsed_s'])} training in all sessions, {_duration(wall_seconds)} this process",
+        f"{_duration(state['elapsed_s'])} of training in total, {_duration(wall_seconds)} in this process",
         f"drafter: {drafter_dir}",
     ]
     adapter = Path(config.output_dir) / "adapter"

@@ -26,6 +26,7 @@ from ..attach import HEAD_WEIGHTS, is_head_folder, load_head_folder
 from ..base_models import missing_base_hint, resolve_base_model
 from ..checkpoints import load_checked, read_config_dict, read_safetensors, readable
 from ..draft_vocab import checked_draft_vocab, vocab_bound
+from ..peft_probe import quiet_peft_probe
 from ..registry import build_head, published_format
 from ..settings import SavedDecoding
 from .configuration_pard import PardConfig
@@ -243,7 +244,7 @@ class PardDrafter(SavedDecoding, PreTrainedModel):
             )
         drafter = cls.from_base(config, dtype=dtype, device_map=device_map, relative_to=folder)
         if merge:
-            with readable(Path(folder) / ADAPTER_WEIGHTS, "the LoRA adapter"):
+            with readable(Path(folder) / ADAPTER_WEIGHTS, "the LoRA adapter"), quiet_peft_probe():
                 drafter = PeftModel.from_pretrained(drafter, str(folder)).merge_and_unload()
             drafter.config = config
         if (Path(folder) / FEATURES).is_file():  # an adapter trained on from one without features
