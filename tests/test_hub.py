@@ -26,8 +26,14 @@ from huggingface_hub import CommitOperationAdd, HfApi, ModelCard, hf_hub_downloa
 from huggingface_hub.errors import HfHubHTTPError
 from safetensors.torch import load_file
 
-import hf_specdec.hub
+import hf_specdec
 from hf_specdec.hub import publish_drafter, render_card
+from hf_specdec.hub.card_kinds import template_path, templates_dir
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: pytest's own dependency
+    import tomli as tomllib
 
 SERVER = Path(__file__).with_name("hub_server.py")
 TOKEN = "hf_TEST-d0-not-leak-7f3a9c"  # distinctive: searched for in every message, log and card
@@ -246,9 +252,23 @@ def test_card_usage_fits_the_drafter_kind(tiny, tmp_path, model_type, head, samp
     assert model_type in card.data.tags and "`hf_specdec.BlockDrafter`" in card.text
     assert (head is None) == (f"with a {head} head" not in card.text)
     assert 'hf_specdec.load_drafter("org/kind"' in card.text and ("do_sample=True" in card.text) == sampled
-    assert "## Measured" not in card.text and "## Training" not in card.text  # no figures given, none invented
-    packaged = Path(hf_specdec.hub.__file__).with_name("drafter.md.j2")  # the one template, what a wheel ships
-    assert packaged.is_file() and not packaged.is_symlink() and not (REPO_ROOT / "hub_cards").exists()
+    assert "No benchmark recorded" in card.text and "No training record" in card.text  # none given, none invented
+    assert "| task |" not in card.text and "optimizer steps" not in card.text
+    assert template_path(config) == REPO_ROOT / "hub_cards" / "block_drafter.md.j2"
+
+
+def test_card_templates_are_in_hub_cards_and_ship_beside_the_package():
+    """The templates live in hub_cards/ at the repository's root, none in the package; pyproject's package data
+    names them by a path one level up from hf_specdec, so a wheel installs hub_cards/ beside the package, where the
+    loader looks (it finds the repository's in a checkout or an editable install the same way)."""
+    templates = sorted(p.name for p in (REPO_ROOT / "hub_cards").glob("*.j2"))
+    assert templates == ["block_drafter.md.j2", "drafter.md.j2", "head.md.j2", "pard.md.j2"]
+    assert not [p for p in (REPO_ROOT / "hf_specdec").rglob("*.j2")]
+    assert templates_dir() == Path(hf_specdec.__file__).resolve().parents[1] / "hub_cards" == REPO_ROOT / "hub_cards"
+    data = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    assert data == {"hf_specdec": ["../hub_cards/*.j2"]}
+    assert all((REPO_ROOT / "hf_specdec").glob(f"../hub_cards/{name}") for name in templates)
+    assert not any(p.is_symlink() for p in (REPO_ROOT / "hub_cards").iterdir())
 
 
 def test_publishing_is_refused_without_a_hub_target_id(hub_env, tiny, tmp_path):

@@ -1,6 +1,8 @@
 """Publishing uploads what it means to: an allow-list of the drafter folder's files (and extra files named), no
-symlinks, no file holding the Hub token, a dry run that lists the files; shipping checks the drafter's name and size
-before it touches the drafter already shipped. Against the loopback Hub of tests/hub_server.py."""
+symlinks, no file holding the Hub token, a dry run that lists the files; a drafter's `push_to_hub` takes the same
+path as `publish_drafter` (the same files, checks and card); a PARD adapter goes up with what it loads beside its
+adapter; shipping checks the drafter's name and size before it touches the drafter already shipped. Against the
+loopback Hub of tests/hub_server.py."""
 
 from __future__ import annotations
 
@@ -15,10 +17,16 @@ from urllib.parse import quote, quote_plus
 
 import pytest
 import test_hub
-from huggingface_hub import HfApi
-from test_hub import REPO_ROOT, TOKEN, save_drafter
+import torch
+from conftest import MASK_ID
+from huggingface_hub import HfApi, hf_hub_download
+from peft import LoraConfig, get_peft_model
+from safetensors.torch import load_file
+from test_hub import REPO_ROOT, TARGET, TOKEN, save_drafter
+from test_pard import tiny_lm
 
-from hf_specdec.hub import publish_drafter
+from hf_specdec import PardDrafter, load_drafter
+from hf_specdec.hub import PublishMixin, publish_drafter
 from upkeep import ship as ship_module
 from upkeep.ship import ship_drafter
 
@@ -243,3 +251,83 @@ def test_ship_dry_run_lists_what_would_be_published(hub_env, tiny, tmp_path, cap
     printed = capsys.readouterr().out
     assert "would publish" in printed and "model.safetensors" in printed and "TRAINING.md" in printed
     assert not HfApi().repo_exists("org/dry")
+
+
+def repo_files(repo: str, root: Path) -> dict[str, bytes]:
+    """Every file of a Hub repo but .gitattributes, by name, as bytes."""
+    names = sorted(set(HfApi().list_repo_files(repo)) - {".gitattributes"})
+    return {n: Path(hf_hub_download(repo, n, cache_dir=root / "dl")).read_bytes() for n in names}
+
+
+def pard_drafter(target) -> PardDrafter:
+    return PardDrafter.from_causal_lm(tiny_lm(), target, mask_token_id=MASK_ID, block_size=4).eval()
+
+
+@pytest.mark.parametrize("kind", ["block", "pard"])
+def test_push_to_hub_sends_what_publish_drafter_sends_with_the_same_card(hub_env, tiny, tmp_path, kind):
+    """`drafter.push_to_hub` is `publish_drafter` on the folder the drafter was loaded from: the same allow-listed
+    files (the run record and tokenizer files beside the saved weights, no clutter), the same config and weights,
+    the same card; and the same dry run."""
+    drafter = tiny[1] if kind == "block" else pard_drafter(tiny[0])
+    folder = cluttered(save_drafter(drafter, tmp_path / "drafter"))
+    (folder / "vocab.json").write_text('{"a": 0}')
+    loaded = load_drafter(folder)
+    assert type(loaded).push_to_hub is PublishMixin.push_to_hub
+    planned = publish_drafter(folder, "org/by-folder", dry_run=True)
+    assert loaded.push_to_hub("org/by-folder", dry_run=True) == planned
+    assert planned == sorted(OWN_FILES + ["vocab.json"]) and not HfApi().repo_exists("org/by-folder")
+    publish_drafter(folder, f"org/{kind}-by-folder")
+    loaded.push_to_hub(f"org/{kind}-by-push")
+    by_folder = repo_files(f"org/{kind}-by-folder", tmp_path)
+    by_push = repo_files(f"org/{kind}-by-push", tmp_path)
+    assert sorted(by_push) == sorted(by_folder) == planned
+    card = by_push.pop("README.md").decode().replace(f"{kind}-by-push", f"{kind}-by-folder")
+    assert card == by_folder.pop("README.md").decode()
+    assert json.loads(by_push.pop("config.json")) == json.loads(by_folder.pop("config.json"))
+    for name, got in zip(("push", "folder"), (by_push, by_folder), strict=True):
+        (tmp_path / f"{name}.safetensors").write_bytes(got.pop("model.safetensors"))
+    weights = [load_file(str(tmp_path / f"{name}.safetensors")) for name in ("push", "folder")]
+    assert weights[0].keys() == weights[1].keys() and all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+    assert by_push == by_folder  # TRAINING.md and vocab.json, byte for byte
+
+
+def test_push_to_hub_refuses_what_publish_drafter_refuses(hub_env, tiny, tmp_path):
+    folder = save_drafter(tiny[1], tmp_path / "drafter")
+    (folder / "TRAINING.md").write_text(f"trained with --hub_token {TOKEN} by mistake\n")
+    loaded = load_drafter(folder)
+    for publish in (lambda: publish_drafter(folder, "org/refused"), lambda: loaded.push_to_hub("org/refused")):
+        with pytest.raises(ValueError, match=r"\['TRAINING.md'\].*contain your Hub token") as refused:
+            publish()
+        assert TOKEN not in str(refused.value)
+    (folder / "TRAINING.md").unlink()
+    (tmp_path / "outside.md").write_text("elsewhere\n")
+    (folder / "TRAINING.md").symlink_to(tmp_path / "outside.md")
+    for publish in (lambda: publish_drafter(folder, "org/refused"), lambda: loaded.push_to_hub("org/refused")):
+        with pytest.raises(ValueError, match=r"symlinks \['TRAINING.md'\].*refusing to follow"):
+            publish()
+    assert not HfApi().repo_exists("org/refused")
+    with pytest.raises(ValueError, match="not loaded from a local folder"):
+        tiny[1].push_to_hub("org/refused", extra_files=["EVAL.md"])
+
+
+def test_a_pard_adapter_goes_up_with_its_draft_vocabulary_and_loads_back(hub_env, tiny, tmp_path, monkeypatch):
+    """A PARD adapter folder loads its draft vocabulary from draft_vocab.safetensors beside the adapter: it is
+    published with it, and the drafter loads back from the Hub scoring the same ids."""
+    monkeypatch.setenv("HF_SPECDEC_MODELS", str(tmp_path / "models"))
+    lm = tiny_lm()
+    lm.save_pretrained(tmp_path / "models" / "tiny-lm")
+    drafter = PardDrafter.from_causal_lm(lm, tiny[0], mask_token_id=MASK_ID, block_size=4, base_model="tiny-lm")
+    drafter.set_draft_vocab(torch.arange(3, 67))
+    lora = LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    peft_model = get_peft_model(drafter, lora)
+    peft_model.save_pretrained(tmp_path / "adapter")
+    merged = peft_model.merge_and_unload()
+    merged.save_adapter_folder(tmp_path / "adapter")
+    planned = publish_drafter(tmp_path / "adapter", "org/pard-vocab", target_id=TARGET, dry_run=True)
+    assert "draft_vocab.safetensors" in planned and "model.safetensors" not in planned
+    publish_drafter(tmp_path / "adapter", "org/pard-vocab", target_id=TARGET)
+    monkeypatch.chdir(tmp_path / "..")
+    loaded = load_drafter("org/pard-vocab")
+    assert isinstance(loaded, PardDrafter) and torch.equal(loaded.draft_vocab, torch.arange(3, 67))
+    card = Path(hf_hub_download("org/pard-vocab", "README.md")).read_text()
+    assert "holds a LoRA adapter" in card and "has its own token embeddings and LM head" in card

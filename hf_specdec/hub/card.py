@@ -1,67 +1,35 @@
-"""Model cards for published drafters: YAML metadata built with `ModelCardData`, text from a Jinja template.
+"""Model cards for published drafters: YAML metadata built with `ModelCardData`, text from the Jinja templates in
+`hub_cards/` (`card_kinds.py`: which template a kind gets, and what its config and folder say of it).
 
-The one template is `drafter.md.j2` next to this module (package data, so wheels ship it); the text that differs
-by drafter kind comes from the kind's registration (`KindCard`).
-
-The card records what a user needs to trust a drafter: the target it was trained for (`base_model`), usage for
-its kind, the measured tau / tokens per second / speedup from a `scripts/benchmark.py` report (or the plain
-statement that it has none), and the training recipe with figures from the run's `training_log.json` and saved
-settings, including the settings the run clamped or adjusted. No local path survives (`Portable`).
+The card records what a user needs to trust a drafter: what it is and what it reads of its target (true of its
+kind: a PARD drafter's own LM head, a block drafter's use of the target's, the backbone a head needs), how to load
+it, intended use and limitations, the training recipe with figures from the run's `training_log.json` and saved
+settings (including the settings the run clamped or adjusted), the measured tau / tokens per second / speedup from
+a `scripts/benchmark.py` report (or the plain statement that it has none), the license and how to cite the method.
+No local path survives (`Portable`).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 from pathlib import Path
 
 from huggingface_hub import ModelCard, ModelCardData
 
-from ..models.loading import SAVED_HEAD_KINDS
-from ..models.registry import KindCard, card_for
+from .card_kinds import (
+    base_model_type,
+    environment,
+    head_name,
+    is_hub_id,
+    kind_card,
+    kind_facts,
+    kind_template,
+    resolve_license,
+    template_path,
+)
 from .portable import Portable
 from .record import RunRecord, run_record
-
-TEMPLATE = "drafter.md.j2"
-HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
-
-
-def head_name(config: dict) -> str | None:
-    """The name of the head a saved drafter's config says it carries (None for a bare base)."""
-    if config.get("model_type") in SAVED_HEAD_KINDS:
-        return SAVED_HEAD_KINDS[config["model_type"]][1]
-    head = config.get("head")
-    return head.get("type") if isinstance(head, dict) else None
-
-
-def kind_card(config: dict) -> tuple[str, KindCard]:
-    """(the drafter's base class name, card text) of a saved drafter's config: its base's, with its head's when it
-    carries one (also in a format saved when a base with a head was a kind of its own); a generic text for others."""
-    model_type = config.get("model_type", "hf_specdec_block_drafter")
-    if model_type in SAVED_HEAD_KINDS:
-        model_type = SAVED_HEAD_KINDS[model_type][0].model_type
-    head = head_name(config)
-    return card_for(model_type, {"type": head} if head else None) or (
-        "BlockDrafter",
-        KindCard("A parallel block drafter"),
-    )
-
-
-def is_hub_id(name: str | None) -> bool:
-    """True for a Hub model id `namespace/name`; False for a local filesystem path or nothing."""
-    return bool(name) and HUB_ID.fullmatch(name) is not None and ".." not in name and "--" not in name
-
-
-def template_path() -> Path:
-    """The card template, shipped in the hf_specdec.hub package."""
-    path = Path(__file__).resolve().with_name(TEMPLATE)
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"model card template {TEMPLATE} not found in the hf_specdec.hub package; reinstall hf_specdec (its "
-            "wheel ships the template as package data) or install it from a source checkout."
-        )
-    return path
 
 
 def read_json(source: str | os.PathLike | dict | None) -> dict | None:
@@ -163,7 +131,7 @@ def training_summary(log: dict) -> dict:
 def card_metadata(config: dict, target_id: str, target_revision: str | None, license: str) -> ModelCardData:
     """The YAML block: base model, library, tags and license (what the Hub indexes and filters on)."""
     model_type = config.get("model_type", "hf_specdec_block_drafter")
-    extra_tags = list(kind_card(config)[1].tags)
+    extra_tags = [*kind_template(config)[1], *kind_card(config)[1].tags]
     revision = {"base_model_revision": target_revision} if target_revision else {}
     return ModelCardData(
         base_model=target_id,
@@ -172,7 +140,7 @@ def card_metadata(config: dict, target_id: str, target_revision: str | None, lic
         # transformers). A library name the Hub does not know is accepted; the card's own usage section applies.
         library_name="hf_specdec",
         license=license,
-        tags=["hf_specdec", "speculative-decoding", "dflash", "drafter", model_type, *extra_tags],
+        tags=list(dict.fromkeys(["hf_specdec", "speculative-decoding", "drafter", model_type, *extra_tags])),
         **revision,  # not a Hub-defined field; records which revision of the target the drafter was trained on
     )
 
@@ -187,24 +155,26 @@ def render_card(
     benchmark_json: str | os.PathLike | dict | None = None,
     training_log: str | os.PathLike | dict | None = None,
     recipe: str | None = None,
-    license: str = "apache-2.0",
+    license: str | None = None,
     record: RunRecord | None = None,
     portable: Portable | None = None,
 ) -> ModelCard:
-    """The model card (README.md) of the drafter saved in `folder`, to be published as `repo_id`.
+    """The model card (README.md) of the drafter saved in `folder`, to be published as `repo_id`; nothing is sent.
 
     Args:
-        folder: a saved drafter (its config.json is read). Its run record (`run_record`: TRAINING.md, loss.png,
-            training_log.json and saved settings, in the folder or its run folder) fills the Training section.
+        folder: a saved drafter (its config.json is read, and which weight files it holds). Its run record
+            (`run_record`: TRAINING.md, loss.png, training_log.json and saved settings, in the folder or its run
+            folder) fills the Training section; without one the card says it has no training record.
         repo_id: the Hub id the drafter will have (used in the usage snippet).
         target_id: Hub id of the target model (`base_model`); a local path is refused.
         target_revision: the target's revision the drafter was trained on, if pinned.
         benchmark: a `scripts/benchmark.py` report (its folder, benchmark.json or benchmark.md, or a dict): the
-            Measured section; without one the card says it has no measured results.
+            Benchmark section; without one the card says no benchmark is recorded.
         benchmark_json: the former name of `benchmark`.
         training_log: a training_log.json of the training scripts (path or dict); default: the run record's.
         recipe: the command that trained the drafter.
-        license: license id of the drafter weights (a Hub license id such as "apache-2.0", "mit", "other").
+        license: license id of the drafter weights (a Hub license id such as "apache-2.0", "mit", "other");
+            default: the config's `license` field, else "apache-2.0", the license hf_specdec declares.
         record: the run record; default `run_record(folder)`.
         portable: how local paths are rewritten; default: the target's local folder becomes `target_id`.
     """
@@ -215,7 +185,6 @@ def render_card(
         )
     folder = Path(folder)
     config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    model_type = config.get("model_type", "hf_specdec_block_drafter")
     class_name, card = kind_card(config)
     record = record if record is not None else run_record(folder)
     benchmark = read_benchmark(benchmark if benchmark is not None else benchmark_json)
@@ -224,31 +193,43 @@ def render_card(
     bench = benchmark_summary(benchmark) if benchmark else None
     if bench and bench["command"]:
         bench["command"] = portable.text(bench["command"])
-    card = ModelCard.from_template(
-        card_metadata(config, target_id, target_revision, license),
-        template_path=str(template_path()),
-        model_name=repo_id.split("/")[-1],
-        repo_id=repo_id,
-        target_id=target_id,
-        target_revision=target_revision,
-        model_type=model_type,
-        class_name=class_name,
-        head=head_name(config),
-        kind_summary=card.summary,
-        kind_detail=card.detail,
-        config=config,
-        block_size=config.get("block_size", 0),
-        target_layer_ids=config.get("target_layer_ids") or [],
-        results=results_rows(benchmark) if benchmark else [],
-        bench=bench,
-        training=training_summary(log) if log else None,
-        recipe=portable.text(recipe) if recipe else None,
-        settings=portable.json(record.told_settings()),
-        adjustments=[portable.text(s) for s in RunRecord(log=log, settings=record.settings).adjustments],
-        has_training_md=record.training_md is not None,
-        has_loss_png=record.loss_png is not None,
+    license, license_source = resolve_license(license, config)
+    data = card_metadata(config, target_id, target_revision, license)
+    content = (
+        environment()
+        .get_template(kind_template(config)[0])
+        .render(
+            card_data=data.to_yaml(),
+            model_name=repo_id.split("/")[-1],
+            repo_id=repo_id,
+            target_id=target_id,
+            target_revision=target_revision,
+            model_type=config.get("model_type", "hf_specdec_block_drafter"),
+            class_name=class_name,
+            kind_summary=card.summary,
+            kind_detail=base_detail(config),
+            config=config,
+            block_size=config.get("block_size", 0),
+            target_layer_ids=config.get("target_layer_ids") or [],
+            results=results_rows(benchmark) if benchmark else [],
+            bench=bench,
+            training=training_summary(log) if log else None,
+            recipe=portable.text(recipe) if recipe else None,
+            settings=portable.json(record.told_settings()),
+            adjustments=[portable.text(s) for s in RunRecord(log=log, settings=record.settings).adjustments],
+            has_training_md=record.training_md is not None,
+            has_loss_png=record.loss_png is not None,
+            license=license,
+            license_source=license_source,
+            **kind_facts(folder, config),
+        )
     )
-    return ModelCard(portable.text(card.content))
+    return ModelCard(portable.text(content.lstrip()))
 
 
-__all__ = ["is_hub_id", "read_benchmark", "render_card", "template_path"]
+def base_detail(config: dict) -> str:
+    """The detail line the drafter's base registered for its card (its head's text is the head's section's)."""
+    return kind_card({**config, "head": None, "model_type": base_model_type(config)})[1].detail
+
+
+__all__ = ["head_name", "is_hub_id", "kind_card", "read_benchmark", "render_card", "template_path"]

@@ -32,9 +32,10 @@ from huggingface_hub.errors import HfHubHTTPError
 from safetensors import safe_open
 
 from ..models.loading import load_drafter
+from ..models.pard.modeling_pard import DRAFT_VOCAB, FEATURES
 from .card import is_hub_id, kind_card, read_benchmark, read_json, render_card
 from .portable import Portable
-from .record import run_record
+from .record import RunRecord, run_record
 from .token_scan import files_holding, text_holds
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
@@ -54,7 +55,8 @@ DATA_FILES = re.compile(
 )
 
 # What a drafter folder publishes by name (anything else, e.g. optimizer state, logs or notes, stays local unless
-# named in `extra_files`): weights (one file or shards and their index), configs, tokenizer files, and the files the
+# named in `extra_files`): weights (one file or shards and their index), configs, tokenizer files, what a PARD
+# adapter folder loads beside its adapter (its draft vocabulary, its target-feature projection), and the files the
 # card links when they are there (TRAINING.md, loss.png: a card must not link a file the repo lacks).
 WEIGHTS = re.compile(r"model(-\d{5}-of-\d{5})?\.safetensors|model\.safetensors\.index\.json|adapter_model\.safetensors")
 PUBLISHED = (
@@ -71,6 +73,8 @@ PUBLISHED = (
     "tokenizer.model",
     "chat_template.jinja",
     "chat_template.json",
+    DRAFT_VOCAB,
+    FEATURES,
     "TRAINING.md",
     "loss.png",
 )
@@ -227,12 +231,13 @@ def publish_drafter(
     benchmark_json: str | os.PathLike | dict | None = None,
     training_log: str | os.PathLike | dict | None = None,
     recipe: str | None = None,
-    license: str = "apache-2.0",
+    license: str | None = None,
     private: bool = False,
     token: str | None = None,
     commit_message: str | None = None,
     extra_files: Iterable[str] = (),
     dry_run: bool = False,
+    record: RunRecord | None = None,
 ) -> str | list[str]:
     """Upload the drafter saved in `folder` to the Hub repo `repo_id` with a model card; return the commit sha
     (with `dry_run`, the sorted repo paths that would go up, and nothing is sent).
@@ -255,11 +260,13 @@ def publish_drafter(
         benchmark: a `scripts/benchmark.py` report (its folder, benchmark.json or benchmark.md): the card's Measured
             section; without one the card says it has no measured results. `benchmark_json` is its former name.
         training_log, recipe: see `render_card`; the training log defaults to the run's training_log.json.
-        license: the card's license id (default "apache-2.0").
+        license: the card's license id; default: the config's `license` field, else "apache-2.0" (hf_specdec's).
         token: a Hub token with write access; default: the logged-in token / HF_TOKEN.
         commit_message: default "Upload <kind> for <target>".
         extra_files: more top-level files of `folder` to publish, by name (e.g. ["notes.md"]).
         dry_run: check everything, send nothing, and return the paths the repo would get.
+        record: the run record (TRAINING.md, loss.png, log, settings); default `run_record(folder)`. `push_to_hub`
+            passes the record of the folder the drafter was loaded from.
 
     Raises:
         ValueError: the folder is not a loadable safetensors drafter, no Hub id of the target is known, a file to
@@ -274,7 +281,7 @@ def publish_drafter(
     if not is_hub_id(repo_id):
         raise ValueError(f"repo_id {repo_id!r} is not a Hub repo id; pass 'namespace/name'.")
     secrets = [s for s in (token, get_token()) if s]
-    record = run_record(folder)
+    record = record if record is not None else run_record(folder)
     files = {p.name: p for p in files_to_publish(folder, extra_files)}
     for found in (record.training_md, record.loss_png):  # from the run folder when the folder has none
         if found is not None:
