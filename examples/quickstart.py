@@ -1,6 +1,6 @@
 """Speculative decoding with a drafter (any kind) in three lines, timed against plain `generate`.
 
-    python examples/quickstart.py --target path/to/target [--drafter path/to/drafter]
+    python examples/quickstart.py --target path/to/target [--drafter path/to/drafter] [--sample]
 
 Without `--drafter` a fresh, untrained drafter is built for the target: output is still exactly the target's,
 but it accepts almost nothing (tau ~ 1). A trained drafter is what makes it fast.
@@ -33,6 +33,7 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--block-size", type=int, default=8, help="only for a fresh drafter")
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    parser.add_argument("--sample", action="store_true", help="sample (temperature 0.7, top_p 0.9) instead of greedy")
     args = parser.parse_args()
 
     dtype = getattr(torch, args.dtype)
@@ -48,9 +49,13 @@ def main() -> None:
     messages = [{"role": "user", "content": args.prompt}]
     inputs = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
     gen = dict(max_new_tokens=args.max_new_tokens, do_sample=False)
+    if args.sample:
+        gen.update(do_sample=True, temperature=0.7, top_p=0.9, top_k=0)
     target.generate(**inputs, max_new_tokens=2, do_sample=False)  # warm-up
 
+    torch.manual_seed(0)
     plain, t_plain = timed(lambda: target.generate(**inputs, **gen))
+    torch.manual_seed(0)
     spec, t_spec = timed(lambda: target.generate(**inputs, assistant_model=drafter, **gen))
 
     n_plain = plain.shape[1] - inputs["input_ids"].shape[1]
@@ -59,7 +64,8 @@ def main() -> None:
     same = torch.equal(plain, spec)
     print(tokenizer.decode(spec[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True))
     print("-" * 72)
-    print(f"plain generate      : {n_plain / t_plain:6.2f} tokens/s ({n_plain} tokens, {t_plain:.1f} s)")
+    mode = "sampling, T=0.7, top_p 0.9" if args.sample else "greedy"
+    print(f"plain generate      : {n_plain / t_plain:6.2f} tokens/s ({n_plain} tokens, {t_plain:.1f} s; {mode})")
     print(f"{'with ' + type(drafter).__name__:<20}: {n_spec / t_spec:6.2f} tokens/s ({n_spec} tokens, {t_spec:.1f} s)")
     print(f"speedup             : {t_plain / t_spec * n_spec / max(n_plain, 1):.2f}x")
     print(f"tau (tokens/forward): {stats.tau:.2f}   accepted-length histogram: {stats.histogram}")
@@ -69,7 +75,10 @@ def main() -> None:
             f"then); tau over drafted steps {stats.drafted_tau:.2f}"
         )
     print(f"drafter settings    : {type(drafter).__name__}, block {drafter.config.block_size}, {drafter.decoding}")
-    print(f"output identical    : {same}" + ("" if same or dtype == torch.float32 else " (bf16 verify numerics)"))
+    if args.sample:  # a sampled output is one draw from the target's distribution, plain's another
+        print("output              : sampled from the target's distribution (tests/test_sampling_distribution.py)")
+    else:
+        print(f"output identical    : {same}" + ("" if same or dtype == torch.float32 else " (bf16 verify numerics)"))
 
 
 if __name__ == "__main__":

@@ -8,15 +8,26 @@ whose false-failure probability is 1e-6 per assertion (`bounds.py`). A drafter t
 q than the one it sampled from (the bug class transformers has shipped) fails the same assertions, so they have
 power; and the q handed to acceptance is checked against what was drawn with a randomised probability integral
 transform (uniform on [0, 1] exactly when each draft is a draw from its q; DKW bound, false-failure 1e-6).
+
+The PARD cases with `sampled_ar_drafts` draw each draft from its own drafter pass given the drafts before it; one
+of them (block 4) measures new tokens 3 and 4, which the mask tail after two such drafts decides, under top-p and
+repetition penalty. Its negative control hands acceptance the first pass's (parallel) q.
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
-from bounds import distribution_excess, dkw_uniform_excess
+import torch.nn.functional as F
+from bounds import bernstein_radius, distribution_excess, dkw_uniform_excess
 from conftest import tiny_target
-from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper
+from transformers import (
+    LogitsProcessorList,
+    RepetitionPenaltyLogitsProcessor,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
 
 import hf_specdec
 from hf_specdec import (
@@ -30,9 +41,14 @@ from hf_specdec import (
     PardDrafter,
 )
 from hf_specdec.decoding import step
+from hf_specdec.models.pard.generation_pard import PardCandidateGenerator
+from hf_specdec.verification.processed import call_temperature
 
 V = 8
 DRAWS = 1000
+# the default dependent-draft rule gets enough draws that a 3-point error in any cell of the joint exceeds its bound
+# (`test_ar_draws_resolve_a_three_point_error` checks the bound's radius)
+DRAWS_OF = {"pard ar chain": 16000}
 DELTA = 1e-6
 PROMPT = torch.tensor([[1, 3, 4, 5, 3, 4, 6]])
 CPU = torch.device("cpu")
@@ -55,7 +71,22 @@ CASES = {
     # heads on a PARD drafter: DCOCO's sampled walk, DBLAST's dependent block with posterior q
     "pard dcoco walk": (DecodingSettings(budget="fixed", sample_branches=2), 1.0, None),
     "pard dblast mixture": (DecodingSettings(budget="fixed", sample_branches=2), 0.8, None),
+    # PARD drafts sampled one pass each (dependent blocks): a whole AR chain, siblings, an AR head + a mask tail
+    "pard ar chain": (DecodingSettings(budget="fixed", sampled_ar_drafts=2), 1.0, None),
+    "pard ar siblings+lookup": (
+        DecodingSettings(budget="fixed", sampled_ar_drafts=2, sample_branches=2, prompt_lookup_tokens=2),
+        0.7,
+        5,
+    ),
+    "pard ar + mask tail, top-p, repetition penalty": (
+        DecodingSettings(budget="fixed", sampled_ar_drafts=2),
+        1.0,
+        None,
+    ),
 }
+# cases whose block is 4 and whose measured tokens are new tokens 3 and 4 (so the mask tail after two AR drafts is
+# what decides them), with top-p and repetition penalty
+LONGER = {"pard ar + mask tail, top-p, repetition penalty": {"top_p": 0.95, "repetition_penalty": 1.3}}
 # step-cost curves (seconds per fed token count) pinned for the adaptive cases: verifying free (drafts every step),
 # or dear (a drafted step does not pay: the budget verifies nothing, then takes plain steps)
 CURVES = {"adaptive budget": lambda n: 1.0, "adaptive, plain steps": lambda n: 1.0 + 0.9 * (n - 1)}
@@ -78,35 +109,67 @@ class WrongQDrafter(BlockDrafter):
 hf_specdec.register_drafter_kind(WrongQDrafter, WrongQGenerator)
 
 
-def _processors(temperature, top_k):
-    procs = [TemperatureLogitsWarper(temperature)]
+class ParallelQGenerator(PardCandidateGenerator):
+    """Samples AR drafts (`sampled_ar_drafts`) but hands acceptance, from depth 2 on, the first pass's q."""
+
+    def sampled_tree(self, input_ids, k, branches, logits_processor):
+        tree = super().sampled_tree(input_ids, k, branches, logits_processor)
+        first = self.last_first_pass  # (K, H) the first pass's outputs
+        scores = self.full_vocab_logits(F.linear(first[1:k], self.head_weight, self.head_bias)).float()
+        tree.q = torch.cat([tree.q[:1], torch.softmax(scores / call_temperature(logits_processor), dim=-1)])
+        return tree
+
+    def draft_hidden(self, input_ids):
+        out = super().draft_hidden(input_ids)
+        self.last_first_pass = out[0]
+        return out
+
+
+class ParallelQPardDrafter(PardDrafter):
+    pass
+
+
+hf_specdec.register_drafter_kind(ParallelQPardDrafter, ParallelQGenerator)
+
+
+def _processors(temperature, top_k, top_p=None, repetition_penalty=None):
+    """The processors generate() builds for these settings, in its order."""
+    procs = [RepetitionPenaltyLogitsProcessor(repetition_penalty)] if repetition_penalty else []
+    procs.append(TemperatureLogitsWarper(temperature))
     if top_k:
         procs.append(TopKLogitsWarper(top_k))
+    if top_p:
+        procs.append(TopPLogitsWarper(top_p))
     return LogitsProcessorList(procs)
 
 
-def exact_joint(target, temperature, top_k) -> torch.Tensor:
-    """(V, V) P(new token 2 = a, new token 3 = b), summing over new token 1, with generate()'s processors."""
-    procs = _processors(temperature, top_k)
-    pairs = torch.cartesian_prod(torch.arange(V), torch.arange(V))  # (V*V, 2) (x1, x2)
-    seqs = torch.cat([PROMPT.expand(V * V, -1), pairs], dim=1).to(target.device)
+def exact_joint(target, procs, last: int = 3) -> torch.Tensor:
+    """(V, V) P(new token last - 1 = a, new token last = b), summing over the new tokens before, with generate()'s
+    processors `procs` (each row processed given the tokens before it)."""
+    tails = torch.cartesian_prod(*[torch.arange(V)] * last)  # (V**last, last) every continuation
+    seqs = torch.cat([PROMPT.expand(tails.shape[0], -1), tails], dim=1).to(target.device)
+    P = PROMPT.shape[1]
     with torch.no_grad():
-        logits = target(seqs).logits[:, -3:].float()  # (V*V, 3, V)
-    probs = [torch.softmax(procs(seqs, logits[:, i]), dim=-1) for i in range(3)]
-    p1 = probs[0][0]  # (V,) same prompt for every row
-    p2 = probs[1].view(V, V, V)[:, 0]  # (x1, x2) from rows with any x2
-    p3 = probs[2].view(V, V, V)  # (x1, x2, x3)
-    return torch.einsum("a,ab,abc->bc", p1, p2, p3)
+        logits = target(seqs).logits[:, P - 1 : P - 1 + last].float()  # (V**last, last, V)
+    joint = torch.ones(tails.shape[0])  # P(x_1..x_last) per row
+    for i in range(last):
+        probs = torch.softmax(procs(seqs[:, : P + i], logits[:, i]), dim=-1)  # (V**last, V)
+        joint *= probs.gather(1, tails[:, i : i + 1].to(probs.device)).squeeze(1).cpu()
+    return joint.view(-1, V, V).sum(0)
 
 
-def run_case(name, drafter_cls=BlockDrafter, device="cpu"):
+def run_case(name, drafter_cls=BlockDrafter, device="cpu", draws=DRAWS):
     settings, temperature, top_k = CASES[name]
+    extra = LONGER.get(name)
+    block, last = (4, 4) if extra else (3, 3)
     target = tiny_target("llama", vocab=V, layers=2, device=device)
     torch.manual_seed(3)
-    drafter = drafter_cls.for_target(target, block_size=3, mask_token_id=V - 1).eval()
-    if name.startswith("pard"):
+    if not name.startswith("pard"):
+        drafter = drafter_cls.for_target(target, block_size=block, mask_token_id=V - 1).eval()
+    else:
         lm = tiny_target("llama", vocab=V, layers=1, seed=7, device=device)  # another model of the same vocabulary
-        drafter = PardDrafter.from_causal_lm(lm, target, mask_token_id=V - 1, block_size=3).eval()
+        pard_cls = drafter_cls if issubclass(drafter_cls, PardDrafter) else PardDrafter
+        drafter = pard_cls.from_causal_lm(lm, target, mask_token_id=V - 1, block_size=block).eval()
     if name.endswith("dcoco walk"):
         make = PardDCOCODrafter.from_pard if name.startswith("pard") else DCOCODrafter.from_block_drafter
         drafter = make(drafter, corrector_candidates=4).eval()
@@ -129,32 +192,33 @@ def run_case(name, drafter_cls=BlockDrafter, device="cpu"):
     torch.manual_seed(0)
     step.speculative_sampling = spy
     try:
-        for _ in range(DRAWS):
+        for _ in range(draws):
             out = target.generate(
                 PROMPT.to(device),
                 do_sample=True,
                 temperature=temperature,
                 top_k=top_k or 0,
-                top_p=1.0,
-                max_new_tokens=4,
+                max_new_tokens=last + 1,
                 eos_token_id=None,
                 assistant_model=drafter,
+                **{"top_p": 1.0, **(extra or {})},
             )
-            a, b = out[0, PROMPT.shape[1] + 1 : PROMPT.shape[1] + 3].tolist()
+            a, b = out[0, PROMPT.shape[1] + last - 2 : PROMPT.shape[1] + last].tolist()
             counts[a, b] += 1
     finally:
         step.speculative_sampling = walk
         hf_specdec.cost_model(target).reset()
-    return counts, exact_joint(target, temperature, top_k), trees
+    return counts, exact_joint(target, _processors(temperature, top_k, **(extra or {})), last), trees
 
 
 _RUNS: dict = {}
 
 
-def cached_run(name, drafter_cls=BlockDrafter, device=CPU):
-    key = (name, drafter_cls, device.type)
+def cached_run(name, drafter_cls=BlockDrafter, device=CPU, draws=None):
+    draws = draws or DRAWS_OF.get(name, DRAWS)
+    key = (name, drafter_cls, device.type, draws)
     if key not in _RUNS:
-        _RUNS[key] = run_case(name, drafter_cls, device)
+        _RUNS[key] = run_case(name, drafter_cls, device, draws)
     return _RUNS[key]
 
 
@@ -172,14 +236,31 @@ def test_new_tokens_are_distributed_exactly_as_plain_sampling(name, device):
     assert max(excesses(counts, exact)) <= 1.0, excesses(counts, exact)
     drafted = sum(1 for t in trees if len(t))
     if name == "adaptive, plain steps":
-        assert len(trees) - drafted > DRAWS // 2  # most steps verified no draft
+        assert len(trees) - drafted > counts.sum() // 2  # most steps verified no draft
     else:
-        assert drafted > DRAWS // 2  # drafts were really verified, not skipped
+        assert drafted > counts.sum() // 2  # drafts were really verified, not skipped
 
 
 def test_q_handed_to_acceptance_at_another_temperature_is_caught():
     counts, exact, _ = cached_run("chain", WrongQDrafter)
     assert max(excesses(counts, exact)) > 1.0
+
+
+def test_ar_drafts_handed_the_parallel_passs_q_are_caught():
+    """Negative control of the AR rule: drafts sampled from the LM's conditionals, acceptance handed the first
+    pass's mask-slot q (blind to the drafts before), which is what a parallel pass would have used."""
+    counts, exact, _ = cached_run("pard ar chain", ParallelQPardDrafter, draws=4000)
+    assert max(excesses(counts, exact)) > 1.0
+
+
+def test_ar_draws_resolve_a_three_point_error():
+    """With DRAWS_OF draws, every cell's bound (false-failure 1e-6 over the 64 cells) is under 2 points, so an error
+    of 3 points in any cell puts the cell past its bound unless the sample strays 1 point the other way (a
+    deviation of several standard deviations at this n)."""
+    counts, exact, _ = cached_run("pard ar chain")
+    n = int(counts.sum())
+    radius = bernstein_radius(exact.double().flatten(), n, DELTA / exact.numel())
+    assert n == DRAWS_OF["pard ar chain"] and float(radius.max()) < 0.02, float(radius.max())
 
 
 def _pit(trees, transform=None):
@@ -209,6 +290,9 @@ def _pit(trees, transform=None):
         "pard siblings+lookup",
         "pard dcoco walk",
         "pard dblast mixture",
+        "pard ar chain",
+        "pard ar siblings+lookup",
+        "pard ar + mask tail, top-p, repetition penalty",
     ],
 )
 def test_q_handed_to_acceptance_is_the_distribution_drafts_were_drawn_from(name):

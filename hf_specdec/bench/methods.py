@@ -22,7 +22,8 @@ NATIVE_DFLASH = "native-dflash"
 
 @dataclass
 class Settings:
-    """What every timed call shares. temperature 0 = greedy; > 0 = pure temperature sampling (top-k/top-p off)."""
+    """What every timed call shares. temperature 0 = greedy; > 0 = sampling at that temperature with top-p `top_p`
+    (top-k off)."""
 
     dtype: str = "bfloat16"
     device: str = "cpu"
@@ -33,6 +34,7 @@ class Settings:
     prompt_lookup: int = 10
     identity_dtype: str | None = "float32"
     temperature: float = 0.0
+    top_p: float = 1.0
     identity_new_tokens: int | None = None  # new tokens per identity call (default: max_new_tokens)
     identity_all_methods: bool = False  # also check the peers (transformers' own methods), not only hf_specdec
     # drafter labels also run through transformers' DFlash path; () = every block drafter that can; None = none
@@ -45,7 +47,7 @@ class Settings:
     def generation_kwargs(self) -> dict:
         if not self.do_sample:
             return {"do_sample": False}
-        return {"do_sample": True, "temperature": self.temperature, "top_k": 0, "top_p": 1.0}
+        return {"do_sample": True, "temperature": self.temperature, "top_k": 0, "top_p": self.top_p}
 
 
 @dataclass
@@ -83,11 +85,14 @@ class Method:
 
 
 def configure_assistant(assistant, num_tokens: int) -> dict:
-    """Fixed draft length and no confidence early-stop, so each call drafts `num_tokens` and keeps no state.
+    """Fixed draft length and no confidence early-stop, so each call drafts `num_tokens` and keeps no state; with
+    `num_tokens` 0, transformers' defaults (20 tokens, constant schedule, confidence threshold 0.4, tuned as it runs).
 
     transformers reads these from the assistant's generation config (not from `generate` kwargs); the default
     "heuristic" schedule and the ROC-tuned threshold would carry state from one call to the next.
     """
+    if num_tokens <= 0:
+        return {"transformers_defaults": True}
     knobs = {
         "num_assistant_tokens": num_tokens,
         "num_assistant_tokens_schedule": "constant",

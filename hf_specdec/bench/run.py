@@ -33,6 +33,7 @@ def settings_from_args(args: argparse.Namespace, device: torch.device) -> Settin
         prompt_lookup=args.prompt_lookup,
         identity_dtype=_identity_dtype(args),
         temperature=args.temperature,
+        top_p=args.top_p,
         identity_new_tokens=args.identity_new_tokens,
         identity_all_methods=args.identity_all_methods,
         native_dflash=None if args.native_dflash is None else tuple(args.native_dflash),

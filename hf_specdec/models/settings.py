@@ -18,6 +18,7 @@ _MINIMUM = {  # integer fields: the smallest allowed value and what it means
     "tree_budget": (0, "0 = chain"),
     "tree_topk": (1, "candidates per position"),
     "sample_branches": (1, "1 = a chain"),
+    "sampled_ar_drafts": (1, "1 = one parallel pass"),
     "prompt_lookup_tokens": (0, "0 = off"),
     "prompt_lookup_ngram": (1, "longest suffix n-gram"),
 }
@@ -57,6 +58,11 @@ class DecodingSettings:
             keeps target samples that match (transformers' stock loop).
         sample_branches: with "exact" sampling, i.i.d. draws from q per depth; the first continues the chain, the
             others are side leaves tried after it (multi-draft speculative sampling). 1 = a chain.
+        sampled_ar_drafts: with "exact" sampling on a causal-LM drafter (PARD), the first N drafts are sampled one
+            drafter pass each, every pass reading the drafts sampled before it, so a sampled block hangs together
+            (q of draft d is the LM's conditional given drafts 1..d-1); the drafts after them come from the last
+            pass's mask slots. 1 = one parallel pass (every slot blind to the draws before it). Kinds that draft
+            in one non-causal pass (the block drafter) and heads ignore it. Greedy decoding does not use it.
         prompt_lookup_tokens: length of an extra branch copied from the prompt or output after the longest
             matching suffix n-gram (prompt lookup decoding); 0 = off.
         prompt_lookup_ngram: longest suffix n-gram looked up.
@@ -70,6 +76,7 @@ class DecodingSettings:
     tree_topk: int = 4
     sampled_drafts: str = "exact"
     sample_branches: int = 1
+    sampled_ar_drafts: int = 2
     prompt_lookup_tokens: int = 0
     prompt_lookup_ngram: int = 3
     budget: str = "auto"

@@ -10,6 +10,11 @@ Per step (T committed tokens, the last one, the anchor, not yet seen by the targ
 Chains, best-first trees, prompt-lookup branches and exact-q samples come from the block drafter's generator,
 which only needs `draft_scores`; verification, acceptance and commit are the speculative step's.
 
+Sampled blocks with `DecodingSettings.sampled_ar_drafts = m > 1` (`sampled_tree`): the drafter is a causal LM, so
+drafts 1..m are sampled one pass each, pass d feeding draft d-1 (and, on pass m, masks for the rest); draft d's q
+is the LM's conditional given the drafts before it, drafts after m come from pass m's mask slots (given drafts
+1..m-1). Afterwards the cache is cropped back to the committed tokens.
+
 In a batch, `draft_rows` runs step 1 for every drafting row in ONE drafter pass: each row's fed tokens are
 left-padded to one width, its cache left-padded to one length, and a (B, W, C + W) mask lets a row see only its own
 slots (rows whose lengths differ much, e.g. one catching up on its prompt, get passes of their own). Afterwards
@@ -24,7 +29,8 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache, GenerationConfig, LogitsProcessorList, PreTrainedModel, StoppingCriteriaList
 
-from ...verification.tree import mask_for_attention
+from ...verification.processed import probabilities, process_rows
+from ...verification.tree import DraftTree, mask_for_attention
 from ..block_drafter.generation_block_drafter import BlockDraftCandidateGenerator
 from ..padding import left_pad, length_groups
 from .modeling_pard import PardDrafter
@@ -46,6 +52,7 @@ class PardCandidateGenerator(BlockDraftCandidateGenerator):
         self.inject = drafter.feature_proj is not None
         self.features: torch.Tensor | None = None  # (1, C, L*H) target features of committed tokens (injection)
         self.ready: tuple[int, torch.Tensor, torch.Tensor] | None = None  # (T, (K, H), (K-1, Vd)) from draft_rows
+        self.ar_drafts = drafter.decoding.sampled_ar_drafts  # sampled drafts that get a drafter pass each
 
     def bind_scoring(self, drafter: PardDrafter, target: PreTrainedModel) -> None:
         """The drafter's own embeddings and LM head rows, and a causal LM's KV cache."""
@@ -120,6 +127,46 @@ class PardCandidateGenerator(BlockDraftCandidateGenerator):
         s - 1's after."""
         hidden, scores = self.draft_scores(input_ids, k)  # (k, H), (k, Vd)
         return torch.cat([hidden[:1], hidden]), scores
+
+    def sampled_tree(
+        self, input_ids: torch.LongTensor, k: int, branches: int, logits_processor: LogitsProcessorList | None
+    ) -> DraftTree:
+        """Drafts sampled from q_d with `branches` i.i.d. draws per depth (the first continues the chain); drafts
+        1..m (m = `sampled_ar_drafts`) each from their own drafter pass given the drafts before them, the rest from
+        pass m's mask slots. The tree carries the exact q every node was drawn from."""
+        m = min(self.ar_drafts, k)
+        if self.head is not None or m <= 1:
+            return super().sampled_tree(input_ids, k, branches, logits_processor)
+        T = input_ids.shape[1]
+        hidden, first = self.draft_hidden(input_ids)[0], 0  # (K, H): row i predicts draft first + i + 1
+        ids, rows, picks = input_ids, [], []
+        for d in range(k):
+            if 0 < d < m:  # pass d + 1 feeds draft d; the last one also feeds masks for drafts m + 1 .. k
+                hidden, first = self._extend(ids[:, -1:], T, d, k - m if d == m - 1 else 0), d
+            scores = F.linear(hidden[d - first : d - first + 1], self.head_weight, self.head_bias)  # (1, Vd)
+            scores = self.full_vocab_logits(scores).float().to(input_ids.device)  # (1, V)
+            q_d = probabilities(process_rows(logits_processor, scores, lambda r, ids=ids: ids))  # (1, V)
+            pick = torch.multinomial(q_d, branches, replacement=True)  # (1, branches)
+            ids = torch.cat([ids, pick[:, :1]], dim=-1)
+            rows.append(q_d)
+            picks.append(pick)
+        self.cache.crop(-(m - 1))  # drop drafts 1..m-1: the cache holds the committed tokens only
+        return DraftTree.sampled_chain(torch.cat(picks).tolist(), torch.cat(rows))
+
+    def _extend(self, token: torch.LongTensor, T: int, d: int, masks: int) -> torch.Tensor:
+        """(1 + masks, H) outputs of one drafter pass over sampled draft d (1, 1), after T committed tokens and
+        drafts 1..d-1, and `masks` mask slots after it; the draft stays in the cache (`sampled_tree` crops it),
+        the masks do not. With feature injection every fed slot gets the features mask slots get."""
+        device, position = self.drafter.device, T + d - 1
+        feed = torch.cat([token.to(device), self.mask_ids[:, :masks]], dim=-1)  # (1, 1 + masks)
+        positions = torch.arange(position, position + 1 + masks, device=device)[None]  # (1, 1 + masks)
+        features = self._aligned(T - 1, T)  # (1, K, L*H): the anchor's and the masks' (all equal), or None
+        if features is not None:
+            features = features[:, : 1 + masks]
+        out = self.drafter(feed, position_ids=positions, past_key_values=self.cache, features=features, use_cache=True)
+        if masks:
+            self.cache.crop(-masks)
+        return out.last_hidden_state[0]
 
     def _take_ready(self, input_ids: torch.LongTensor) -> tuple[torch.Tensor, torch.Tensor] | None:
         """The outputs `draft_rows` left for these committed tokens, once; None when there are none."""
