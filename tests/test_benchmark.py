@@ -20,7 +20,8 @@ from hf_specdec.bench.measure import commits_per_forward
 from hf_specdec.bench.methods import Models, Settings
 from hf_specdec.bench.model_specs import DrafterSpec
 from hf_specdec.bench.passes import run_benchmark
-from hf_specdec.bench.report import format_text_table, write_outputs
+from hf_specdec.bench.report import format_markdown, format_text_table, lookup_split_lines, write_outputs
+from hf_specdec.bench.summary import build_report
 
 NEW_TOKENS = 12
 
@@ -83,6 +84,11 @@ def test_report_structure(report):
                 "decode_tok_s",
                 "speedup_e2e",
                 "speedup_e2e_sum",
+                "speedup_e2e_geo",
+                "speedup_e2e_geo_2se",
+                "speedup_e2e_2se",
+                "speedup_e2e_sum_2se",
+                "speedup_decode_geo",
                 "tau",
                 "peak_mem_mib",
                 "agreement_rate",
@@ -140,7 +146,132 @@ def test_files_written(report, tmp_path):
     else:
         assert paths["png"].stat().st_size > 0
     table = format_text_table(report)
-    assert "fresh-b4" in table and "dec x(sum)" in table
+    assert "fresh-b4" in table and "dec x(sum)" in table and "e2e x(geo) ±2SE" in table
+    # HF prompt lookup and a drafter without its lookup branch: the side-by-side table is there
+    assert "## Drafter vs prompt lookup" in md
+    assert "prompt-lookup (HF lookup only) x(geo)" in md and "fresh-b4 (no lookup) x(sum)" in md
+
+
+def synthetic_call(task, prompt, method, repeat, seconds, new_tokens=8):
+    """A timing record as `passes.timing_pass` writes it, with made-up numbers."""
+    return {
+        "task": task,
+        "prompt_id": prompt,
+        "method": method,
+        "prompt_tokens": 10,
+        "new_tokens": new_tokens,
+        "seconds": seconds,
+        "ttft_seconds": seconds / 8,
+        "target_forwards": new_tokens,
+        "commits": [1] * new_tokens,
+        "peak_mem_mib": 0.0,
+        "repeat": repeat,
+        "agrees_with_plain": True,
+        "first_divergence": None,
+    }
+
+
+def synthetic_report(methods: list[dict], calls: list[dict]) -> dict:
+    cases = [
+        Case(pid, task, torch.zeros(1, 10, dtype=torch.long))
+        for task, pid in dict.fromkeys((c["task"], c["prompt_id"]) for c in calls)
+    ]
+    return build_report(calls, [], methods, 1.0, cases, Settings(repeats=2, identity_dtype=None))
+
+
+PLAIN_METHOD = {"label": "plain", "kind": "plain", "settings": {}, "extra_weights_mib": 0.0}
+
+
+def drafter_method(label, lookup_tokens):
+    settings = {"block_size": 4, "decoding": {"tree_budget": 0, "prompt_lookup_tokens": lookup_tokens}}
+    return {"label": label, "kind": "hf_specdec", "settings": settings, "extra_weights_mib": 1.0}
+
+
+def test_geometric_mean_of_per_prompt_ratios():
+    # (plain seconds, method seconds) per repeat; 8 tokens each, so a ratio is plain's seconds / the method's
+    times = {
+        ("code", "a"): [(2.0, 1.0), (2.0, 0.5)],  # ratios 2, 4: log mean 1.5 ln 2
+        ("code", "b"): [(4.0, 2.0), (4.0, 2.0)],  # 2, 2: ln 2
+        ("code", "c"): [(1.0, 1.0), (1.0, 0.25)],  # 1, 4: ln 2
+        ("chat", "d"): [(3.0, 1.5), (3.0, 1.5)],  # 2, 2: ln 2
+    }
+    calls = []
+    for (task, prompt), pairs in times.items():
+        for repeat, (plain_s, method_s) in enumerate(pairs):
+            calls.append(synthetic_call(task, prompt, "plain", repeat, plain_s))
+            calls.append(synthetic_call(task, prompt, "d", repeat, method_s))
+    report = synthetic_report([PLAIN_METHOD, drafter_method("d", 0)], calls)
+    code, chat, both = (report["results"][t]["d"] for t in ("code", "chat", "all"))
+    # code: mean log ratio (1.5 + 1 + 1) / 3 ln 2; the prompt terms' stdev is ln 2 / sqrt(12), SE ln 2 / 6
+    assert code["speedup_e2e_geo"] == pytest.approx(2 ** (7 / 6))
+    assert code["speedup_e2e_geo_2se"] == pytest.approx([2 ** (5 / 6), 2 ** (3 / 2)])
+    assert code["paired_prompts"] == 3
+    assert code["speedup_e2e_sum"] == pytest.approx(14.0 / 6.75)  # summed seconds, equal tokens
+    lo, hi = code["speedup_e2e_sum_2se"]
+    assert lo < code["speedup_e2e_sum"] < hi
+    lo, hi = code["speedup_e2e_2se"]
+    assert lo < code["speedup_e2e"] < hi
+    # chat: one prompt, ratio 2 in both repeats; no SE from one prompt
+    assert chat["speedup_e2e_geo"] == pytest.approx(2.0)
+    assert all(math.isnan(v) for v in chat["speedup_e2e_geo_2se"] + chat["speedup_e2e_2se"])
+    # all tasks: four prompts, log terms (1.5, 1, 1, 1) ln 2
+    assert both["speedup_e2e_geo"] == pytest.approx(2 ** (4.5 / 4))
+    assert both["paired_prompts"] == 4
+    assert report["results"]["all"]["plain"]["speedup_e2e_geo"] == pytest.approx(1.0)
+    # the reported cells: a band as lo-hi, none from a single prompt
+    row = next(line for line in format_text_table(report).splitlines() if line.startswith("code") and " d " in line)
+    assert f"{2 ** (5 / 6):.2f}-{2 ** (3 / 2):.2f}" in row and f"{2 ** (7 / 6):.2f}" in row
+
+
+def test_paired_speedups_use_rates_and_collapse_on_a_constant_ratio():
+    calls = []
+    for i, plain_s in enumerate([1.0, 3.0, 5.0]):
+        calls.append(synthetic_call("code", f"p{i}", "plain", 0, plain_s))
+        # half the tokens in a quarter of the time: twice the rate (plain's seconds / the method's would say 4)
+        calls.append(synthetic_call("code", f"p{i}", "d", 0, plain_s / 4, new_tokens=4))
+    s = synthetic_report([PLAIN_METHOD, drafter_method("d", 0)], calls)["results"]["code"]["d"]
+    for key in ("speedup_e2e", "speedup_e2e_sum", "speedup_e2e_geo"):
+        assert s[key] == pytest.approx(2.0)
+        assert s[key + "_2se"] == pytest.approx([2.0, 2.0])
+
+
+def lookup_run(methods: list[dict]) -> dict:
+    calls = [
+        synthetic_call("code", f"p{i}", m["label"], 0, 1.0 + i if m["label"] == "plain" else 0.5 + i)
+        for i in range(2)
+        for m in methods
+    ]
+    return synthetic_report(methods, calls)
+
+
+def test_drafter_vs_prompt_lookup_table():
+    hf_lookup = {"label": "prompt-lookup", "kind": "prompt_lookup", "settings": {"prompt_lookup_num_tokens": 10}}
+    assisted = {"label": "hf-assisted", "kind": "assisted", "settings": {}}
+    methods = [PLAIN_METHOD, assisted, hf_lookup, drafter_method("auto", 10), drafter_method("chain", 0)]
+    methods = [{"extra_weights_mib": 0.0, **m} for m in methods]
+    report = lookup_run(methods)
+    lines = lookup_split_lines(report)
+    header = next(line for line in lines if line.startswith("| task |"))
+    assert header.split(" | ")[1:] == [
+        "prompt-lookup (HF lookup only) x(geo)",
+        "prompt-lookup (HF lookup only) x(sum)",
+        "auto (with lookup) x(geo)",
+        "auto (with lookup) x(sum)",
+        "chain (no lookup) x(geo)",
+        "chain (no lookup) x(sum) |",
+    ]
+    rows = [line for line in lines if line.startswith(("| code |", "| all |"))]
+    assert len(rows) == 2
+    code = report["results"]["code"]
+    expected = [
+        f"{code[m][k]:.2f}" for m in ("prompt-lookup", "auto", "chain") for k in ("speedup_e2e_geo", "speedup_e2e_sum")
+    ]
+    assert rows[0] == "| code | " + " | ".join(expected) + " |"
+    md = format_markdown(report)
+    assert "## Drafter vs prompt lookup" in md and md.index("## Drafter vs prompt lookup") < md.index("## Methods")
+    # nothing to set apart: only drafters with lookup (and the non-lookup peers)
+    alone = lookup_run([PLAIN_METHOD, {**assisted, "extra_weights_mib": 0.0}, drafter_method("auto", 10)])
+    assert lookup_split_lines(alone) == [] and "Drafter vs prompt lookup" not in format_markdown(alone)
 
 
 def test_commits_per_forward():

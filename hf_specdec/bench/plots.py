@@ -6,6 +6,7 @@ is written as usual.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from .methods import PLAIN
@@ -55,17 +56,26 @@ def plot_histograms(ax, report: dict) -> None:
         ax.legend()
 
 
+def _geo_and_error(summary: dict) -> tuple[float, float, float]:
+    """x(geo) and its distances down and up to the +-2 SE band (0 where the band is unknown)."""
+    y = summary["speedup_e2e_geo"]
+    lo, hi = summary.get("speedup_e2e_geo_2se") or (None, None)
+    known = all(isinstance(v, float) and math.isfinite(v) for v in (y, lo, hi))
+    return y, (y - lo if known else 0.0), (hi - y if known else 0.0)
+
+
 def plot_speedups(ax, report: dict) -> None:
     tasks = list(report["results"])
     labels = [m["label"] for m in report["methods"] if m["label"] != PLAIN]
     width = 0.8 / max(len(labels), 1)
     for i, label in enumerate(labels):
-        ys = [report["results"][t][label]["speedup_e2e"] for t in tasks]
-        ax.bar([j + i * width for j in range(len(tasks))], ys, width, label=label)
+        ys, down, up = zip(*(_geo_and_error(report["results"][t][label]) for t in tasks), strict=True)
+        xs = [j + i * width for j in range(len(tasks))]
+        ax.bar(xs, ys, width, yerr=[down, up], capsize=2, label=label)
     ax.axhline(1.0, color="black", lw=0.8)
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(tasks))], tasks)
-    ax.set(title="end-to-end speedup vs plain generate", ylabel="x")
-    ax.legend()
+    ax.set(title="e2e speedup vs plain generate (geo-mean, ±2 SE)", ylabel="x")
+    ax.legend(fontsize="small")
 
 
 def write_concurrency_plot(report: dict, path: Path) -> bool:

@@ -11,13 +11,19 @@ from .methods import PLAIN
 from .plots import write_benchmark_plot
 from .summary import ALL_TASKS
 
+BAND = "{:.2f}-{:.2f}"  # a [lo, hi] +-2 SE band
 COLUMNS = [
     ("e2e tok/s", "e2e_tok_s", "{:.2f}"),
     ("e2e x", "speedup_e2e", "{:.2f}"),
+    ("e2e x ±2SE", "speedup_e2e_2se", BAND),
     ("e2e x(sum)", "speedup_e2e_sum", "{:.2f}"),
+    ("e2e x(sum) ±2SE", "speedup_e2e_sum_2se", BAND),
+    ("e2e x(geo)", "speedup_e2e_geo", "{:.2f}"),
+    ("e2e x(geo) ±2SE", "speedup_e2e_geo_2se", BAND),
     ("dec tok/s", "decode_tok_s", "{:.2f}"),
     ("dec x", "speedup_decode", "{:.2f}"),
     ("dec x(sum)", "speedup_decode_sum", "{:.2f}"),
+    ("dec x(geo)", "speedup_decode_geo", "{:.2f}"),
     ("tau", "tau", "{:.2f}"),
     ("agree", "agreement_rate", "{:.2f}"),
     ("ident", "identical_rate", "{:.2f}"),
@@ -25,10 +31,55 @@ COLUMNS = [
 ]
 
 
+def _finite(value) -> bool:
+    return value is not None and not (isinstance(value, float) and not math.isfinite(value))
+
+
 def _cell(value, fmt: str) -> str:
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "-"
-    return fmt.format(value)
+    if isinstance(value, (list, tuple)):  # a band
+        return fmt.format(*value) if value and all(_finite(v) for v in value) else "-"
+    return fmt.format(value) if _finite(value) else "-"
+
+
+def lookup_tag(method: dict) -> str | None:
+    """How a method stands to prompt lookup: HF prompt lookup alone, or an hf_specdec drafter with / without its
+    prompt-lookup branch (`decoding.prompt_lookup_tokens` of its settings); None for the other methods."""
+    if method["kind"] == "prompt_lookup":
+        return "(HF lookup only)"
+    if method["kind"] == "hf_specdec":
+        tokens = method["settings"].get("decoding", {}).get("prompt_lookup_tokens", 0)
+        return "(with lookup)" if tokens else "(no lookup)"
+    return None
+
+
+def lookup_split_lines(report: dict) -> list[str]:
+    """Per task, x(geo) and x(sum) (end to end, vs plain) of HF prompt lookup and of each hf_specdec drafter, with
+    the drafters' lookup branch on or off named in the header; [] unless the run has at least two of: HF prompt
+    lookup, a drafter with lookup, a drafter without."""
+    tagged = [(m["label"], tag) for m in report["methods"] if (tag := lookup_tag(m)) is not None]
+    if len({tag for _, tag in tagged}) < 2:
+        return []
+    header = ["task"]
+    for label, tag in tagged:
+        header += [f"{label} {tag} x(geo)", f"{label} {tag} x(sum)"]
+    rows = []
+    for task, by_method in report["results"].items():
+        cells = [task]
+        for label, _ in tagged:
+            s = by_method[label]
+            cells += [_cell(s.get("speedup_e2e_geo"), "{:.2f}"), _cell(s.get("speedup_e2e_sum"), "{:.2f}")]
+        rows.append("| " + " | ".join(cells) + " |")
+    return [
+        "## Drafter vs prompt lookup (end-to-end speedup over plain generate: x(geo) and x(sum))",
+        "",
+        "(with lookup) / (no lookup): the drafter's `decoding.prompt_lookup_tokens` is > 0 / 0; (HF lookup only): "
+        "transformers' prompt lookup decoding, no drafter.",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+        *rows,
+        "",
+    ]
 
 
 def table_rows(report: dict) -> list[list[str]]:
@@ -72,6 +123,7 @@ def format_markdown(report: dict) -> str:
         "|" + "---|" * len(header),
         *("| " + " | ".join(row) + " |" for row in table_rows(report)),
         "",
+        *lookup_split_lines(report),
         "## Methods",
         "",
         *(
@@ -116,8 +168,8 @@ def write_outputs(report: dict, out_dir: Path) -> dict[str, Path]:
     """benchmark.json, benchmark.md and (with matplotlib, the bench extra) benchmark.png in `out_dir`."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {"json": out_dir / "benchmark.json", "md": out_dir / "benchmark.md", "png": out_dir / "benchmark.png"}
-    paths["json"].write_text(json.dumps(_json_safe(report), indent=1) + "\n")
-    paths["md"].write_text(format_markdown(report))
+    paths["json"].write_text(json.dumps(_json_safe(report), indent=1) + "\n", encoding="utf-8")
+    paths["md"].write_text(format_markdown(report), encoding="utf-8")
     if not write_benchmark_plot(report, paths["png"]):
         del paths["png"]
     return paths

@@ -1,5 +1,10 @@
 """From call records to the report dict: per task (and over all tasks) and per method rates, speedups, tau,
-acceptance histograms, memory, agreement and identity. Definitions of every metric are in `definitions()`."""
+acceptance histograms, memory, agreement and identity. Definitions of every metric are in `definitions()`.
+
+Speedups over plain `generate` come three ways: the ratio of the per-call mean rates ("x"), the ratio of summed
+tokens over summed seconds ("x(sum)"), and the geometric mean over prompts of the per-prompt rate ratio ("x(geo)"),
+the call of a method paired with plain's call on the same prompt in the same repeat. Each carries a +-2 standard
+error band on the log scale, with the prompt as the unit (repeats of a prompt averaged first)."""
 
 from __future__ import annotations
 
@@ -91,6 +96,90 @@ def add_speedups(by_method: dict[str, dict]) -> None:
             summary["speedup_" + rate.replace("_tok_s", "")] = _ratio(summary[rate], base[rate])
 
 
+Pair = tuple[dict, dict]  # (a method's call, plain's call on the same prompt in the same repeat)
+RATE_PARTS = {  # rate = tokens / seconds of one call, per rate definition
+    "e2e": lambda r: (r["new_tokens"], r["seconds"]),
+    "decode": lambda r: (r["new_tokens"] - 1, r["seconds"] - r["ttft_seconds"]),
+}
+
+
+def pairs_by_prompt(records: list[dict], base: list[dict]) -> dict[tuple, list[Pair]]:
+    """The method's calls paired with plain's by (task, prompt id, repeat), grouped by prompt."""
+    plain = {(r["task"], r["prompt_id"], r.get("repeat", 0)): r for r in base}
+    grouped: dict[tuple, list[Pair]] = {}
+    for r in records:
+        match = plain.get((r["task"], r["prompt_id"], r.get("repeat", 0)))
+        if match is not None:
+            grouped.setdefault((r["task"], r["prompt_id"]), []).append((r, match))
+    return grouped
+
+
+def _band(point: float, prompt_terms: list[float]) -> list[float]:
+    """[lo, hi] = point * [exp(-2 SE), exp(+2 SE)]; SE = stdev of the prompts' log-scale terms / sqrt(prompts)."""
+    if len(prompt_terms) < 2 or not math.isfinite(point) or point <= 0:
+        return [math.nan, math.nan]
+    se = statistics.stdev(prompt_terms) / math.sqrt(len(prompt_terms))
+    return [point * math.exp(-2 * se), point * math.exp(2 * se)]
+
+
+def paired_speedups(grouped: dict[tuple, list[Pair]], parts, mean_point: float, sum_point: float) -> dict:
+    """Geometric mean of the per-prompt rate ratios and the +-2 SE bands of the three speedups, for one rate.
+
+    Per pair i (method m, plain p; n tokens, t seconds, rate n / t):
+      x(geo): exp(mean over prompts of the prompt's mean of log(rate_m / rate_p));
+      x:      log(mean rate_m / mean rate_p) linearised: u_i = rate_m / mean(rate_m) - rate_p / mean(rate_p);
+      x(sum): log((sum n_m / sum t_m) / (sum n_p / sum t_p)) linearised:
+              u_i = n_m / mean(n_m) - t_m / mean(t_m) - n_p / mean(n_p) + t_p / mean(t_p).
+    A prompt's term is the mean over its repeats; SE = stdev of the prompt terms / sqrt(prompts) (delta method,
+    clustered by prompt). Pairs whose rate is not finite and positive (decode: TTFT >= call time) are left out.
+    """
+    rows = {}
+    for key, pairs in grouped.items():
+        kept = []
+        for m, p in pairs:
+            (nm, tm), (np_, tp) = parts(m), parts(p)
+            if nm > 0 and tm > 0 and np_ > 0 and tp > 0:
+                kept.append((nm, tm, np_, tp))
+        if kept:
+            rows[key] = kept
+    flat = [v for kept in rows.values() for v in kept]
+    if not flat:
+        return {"geo": math.nan, "geo_2se": [math.nan] * 2, "2se": [math.nan] * 2, "sum_2se": [math.nan] * 2}
+    log_ratio = {
+        k: statistics.fmean(math.log((nm / tm) / (np_ / tp)) for nm, tm, np_, tp in v) for k, v in rows.items()
+    }
+    geo = math.exp(statistics.fmean(log_ratio.values()))
+    mean_rm = statistics.fmean(nm / tm for nm, tm, _, _ in flat)
+    mean_rp = statistics.fmean(np_ / tp for _, _, np_, tp in flat)
+    means = [statistics.fmean(col) for col in zip(*flat, strict=True)]  # mean n_m, t_m, n_p, t_p
+    u_mean, u_sum = [], []
+    for v in rows.values():
+        u_mean.append(statistics.fmean(nm / tm / mean_rm - np_ / tp / mean_rp for nm, tm, np_, tp in v))
+        u_sum.append(
+            statistics.fmean(nm / means[0] - tm / means[1] - np_ / means[2] + tp / means[3] for nm, tm, np_, tp in v)
+        )
+    return {
+        "geo": geo,
+        "geo_2se": _band(geo, list(log_ratio.values())),
+        "2se": _band(mean_point, u_mean),
+        "sum_2se": _band(sum_point, u_sum),
+    }
+
+
+def add_paired_speedups(by_method: dict[str, dict], records: dict[str, list[dict]]) -> None:
+    """speedup_{e2e,decode}_geo, their _2se bands and those of speedup_* and speedup_*_sum (see paired_speedups)."""
+    for label, summary in by_method.items():
+        grouped = pairs_by_prompt(records[label], records[PLAIN])
+        summary["paired_prompts"] = len(grouped)
+        for rate, parts in RATE_PARTS.items():
+            name = "speedup_" + rate
+            paired = paired_speedups(grouped, parts, summary[name], summary[name + "_sum"])
+            summary[name + "_geo"] = paired["geo"]
+            summary[name + "_geo_2se"] = paired["geo_2se"]
+            summary[name + "_2se"] = paired["2se"]
+            summary[name + "_sum_2se"] = paired["sum_2se"]
+
+
 def add_identity(by_method: dict[str, dict], identity: list[dict]) -> None:
     for label, summary in by_method.items():
         rows = [r for r in identity if r["method"] == label]
@@ -104,8 +193,10 @@ def results_table(calls: list[dict], identity: list[dict], labels: list[str], ta
     results = {}
     for task in [*tasks, ALL_TASKS]:
         keep = (lambda r: True) if task == ALL_TASKS else (lambda r, t=task: r["task"] == t)
-        by_method = {label: summarize([r for r in calls if r["method"] == label and keep(r)]) for label in labels}
+        records = {label: [r for r in calls if r["method"] == label and keep(r)] for label in labels}
+        by_method = {label: summarize(rows) for label, rows in records.items()}
         add_speedups(by_method)
+        add_paired_speedups(by_method, records)
         add_identity(by_method, [r for r in identity if keep(r)])
         results[task] = by_method
     return results
@@ -134,6 +225,11 @@ def definitions() -> dict:
         "decode_tok_s": "(new tokens - 1) / (generate seconds - TTFT of a separate max_new_tokens=1 call)",
         "_sum": "suffix: sum of tokens / sum of seconds instead of the mean of per-call rates",
         "speedup_*": "method rate / plain generate rate, same task and definition",
+        "speedup_*_geo": "geometric mean over prompts of the per-prompt rate ratio, method / plain on the same prompt "
+        "and repeat (repeats of a prompt averaged on the log scale); at equal token counts, plain's seconds / the "
+        "method's",
+        "*_2se": "[lo, hi] = speedup * [exp(-2 SE), exp(+2 SE)] (log scale), SE over prompts (paired_prompts of them): "
+        "_geo: of the per-prompt mean log ratios; mean and _sum ratios: delta method, clustered by prompt",
         "tau": "tokens committed per target forward after the prefill forward, bonus included "
         "(hf_specdec: library stats; others: target forward hook, tau_hook)",
         "peak_mem_mib": "CUDA: max_memory_allocated above the start of the call; CPU: peak RSS above the start, "
