@@ -38,7 +38,9 @@ Metrics (per method and task, and over all tasks):
   * e2e tok/s:    new tokens / wall time of the whole `generate` call (prefill included);
   * decode tok/s: (new tokens - 1) / (generate time - TTFT), TTFT from the separate max_new_tokens=1 call;
   * speedup:      method tok/s / plain tok/s; "x" = ratio of the per-call means, "x(sum)" = ratio of
-                  (sum of tokens / sum of seconds);
+                  (sum of tokens / sum of seconds), "x(geo)" = geometric mean over prompts of the per-prompt
+                  ratios; each with a +-2 SE band (log scale); a "drafter vs prompt lookup" table puts HF prompt
+                  lookup and each drafter with and without its lookup branch side by side;
   * tau:          tokens committed per target forward after the first (prefill) one, bonus token included. For
                   hf_specdec drafters from `last_acceptance_stats`; for every method also measured with a forward
                   pre-hook on the target that reads the KV-cache length at each forward (so the prefill forward of

@@ -24,7 +24,7 @@ from transformers import (
 )
 from transformers.generation.logits_process import UnbatchedClassifierFreeGuidanceLogitsProcessor
 
-from hf_specdec import BlockDrafter, DCOCODrafter, DecodingSettings, SpeculativeServer
+from hf_specdec import BlockDrafter, DCOCODrafter, DecodingSettings, PardDrafter, SpeculativeServer
 
 CHAIN = DecodingSettings(budget="fixed", sampled_drafts="argmax")  # transformers' assisted loop
 TREE = DecodingSettings(budget="fixed", tree_budget=6)  # hf_specdec's loop
@@ -159,7 +159,6 @@ REFUSED = {
     "assistant_ensemble_weight": (0.5, r"not lossless.*verifies against the target alone"),
     "assistant_early_exit": (2, r"selects another drafting method"),
     "use_mtp": (True, r"selects another drafting method"),
-    "speculation_type": ("dflash", r"transformers' own drafting code.*Unset speculation_type"),
 }
 
 
@@ -174,6 +173,15 @@ def test_transformers_settings_without_an_equivalent_are_refused_naming_what_to_
         else:
             config = GenerationConfig(max_new_tokens=6, **{knob: value})
             target.generate(prompt, generation_config=config, assistant_model=drafter)
+
+
+def test_speculation_type_dflash_is_refused_for_a_drafter_that_is_not_dflash_style(setup):
+    """A block drafter runs with speculation_type="dflash" (tests/test_formats_native.py); a PARD drafter does not."""
+    target, _, prompt = setup
+    lm = tiny_target("llama", seed=4, layers=1)
+    pard = PardDrafter.from_causal_lm(lm, target, mask_token_id=VOCAB - 1, block_size=4).eval()
+    with pytest.raises(ValueError, match=r"speculation_type='dflash' .*PardDrafter is not a DFlash-style drafter"):
+        target.generate(prompt, max_new_tokens=4, assistant_model=pard, speculation_type="dflash")
 
 
 def test_a_default_counts_only_when_passed(setup):

@@ -266,3 +266,22 @@ def test_a_missing_base_model_says_how_to_build_it(tmp_path, target):
 def test_bad_configs_are_refused_when_built(target, change, message):
     with pytest.raises(ValueError, match=message):
         PardConfig.for_target(target.config, tiny_lm().config, **{"mask_token_id": MASK_ID, **change})
+
+
+@pytest.mark.parametrize("name", ["chain (transformers' loop)", "tree", "adaptive"])
+def test_a_pard_drafter_without_features_serves_targets_of_any_shape(target, prompt, name):
+    """PARD reads only tokens: a target with more layers, another width and more ids (the same tokenizer's first
+    256) gets exactly its own greedy output through it; a PARD-2 drafter, which reads the target's layers, is refused
+    for that target, naming what differs."""
+    drafter = pard(target)
+    drafter.decoding = SETTINGS[name]
+    other = tiny_target("qwen3", seed=3, layers=6, vocab=VOCAB + 44)  # 6 layers, head_dim 16, 300 ids
+    out = other.generate(prompt, assistant_model=drafter, max_new_tokens=12, do_sample=False, eos_token_id=None)
+    assert torch.equal(out, other.generate(prompt, max_new_tokens=12, do_sample=False, eos_token_id=None))
+    torch.manual_seed(0)
+    sampled = other.generate(prompt, assistant_model=drafter, max_new_tokens=12, do_sample=True, eos_token_id=None)
+    assert sampled.shape[1] == prompt.shape[1] + 12 and int(sampled.max()) < VOCAB + 44
+    features = pard(target)
+    features.add_feature_injection(target.config, [-1, -2])
+    with pytest.raises(ValueError, match="layer count 4 != target's 6"):
+        other.generate(prompt, assistant_model=features, max_new_tokens=4, do_sample=False)

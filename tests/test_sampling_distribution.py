@@ -78,6 +78,8 @@ CASES = {
         0.7,
         5,
     ),
+    # the adaptive budget choosing per block how many drafts get a pass of their own (1..3, by realized rates)
+    "pard ar adaptive": (DecodingSettings(budget="auto", sampled_ar_drafts=3), 1.0, None),
     "pard ar + mask tail, top-p, repetition penalty": (
         DecodingSettings(budget="fixed", sampled_ar_drafts=2),
         1.0,
@@ -86,10 +88,19 @@ CASES = {
 }
 # cases whose block is 4 and whose measured tokens are new tokens 3 and 4 (so the mask tail after two AR drafts is
 # what decides them), with top-p and repetition penalty
-LONGER = {"pard ar + mask tail, top-p, repetition penalty": {"top_p": 0.95, "repetition_penalty": 1.3}}
+LONGER = {
+    "pard ar + mask tail, top-p, repetition penalty": {"top_p": 0.95, "repetition_penalty": 1.3},
+    "pard ar adaptive": {},
+}
+AFTER = {"pard ar adaptive": 8}  # new tokens after the measured ones: later steps, whose rates the choice learns
+DRAFTERS: dict = {}  # the drafter of each cached run
 # step-cost curves (seconds per fed token count) pinned for the adaptive cases: verifying free (drafts every step),
 # or dear (a drafted step does not pay: the budget verifies nothing, then takes plain steps)
-CURVES = {"adaptive budget": lambda n: 1.0, "adaptive, plain steps": lambda n: 1.0 + 0.9 * (n - 1)}
+CURVES = {
+    "adaptive budget": lambda n: 1.0,
+    "adaptive, plain steps": lambda n: 1.0 + 0.9 * (n - 1),
+    "pard ar adaptive": lambda n: 1.0,
+}
 
 
 class WrongQGenerator(BlockDraftCandidateGenerator):
@@ -161,7 +172,7 @@ def exact_joint(target, procs, last: int = 3) -> torch.Tensor:
 def run_case(name, drafter_cls=BlockDrafter, device="cpu", draws=DRAWS):
     settings, temperature, top_k = CASES[name]
     extra = LONGER.get(name)
-    block, last = (4, 4) if extra else (3, 3)
+    block, last = (4, 4) if name in LONGER else (3, 3)
     target = tiny_target("llama", vocab=V, layers=2, device=device)
     torch.manual_seed(3)
     if not name.startswith("pard"):
@@ -198,7 +209,7 @@ def run_case(name, drafter_cls=BlockDrafter, device="cpu", draws=DRAWS):
                 do_sample=True,
                 temperature=temperature,
                 top_k=top_k or 0,
-                max_new_tokens=last + 1,
+                max_new_tokens=last + 1 + AFTER.get(name, 0),
                 eos_token_id=None,
                 assistant_model=drafter,
                 **{"top_p": 1.0, **(extra or {})},
@@ -208,6 +219,7 @@ def run_case(name, drafter_cls=BlockDrafter, device="cpu", draws=DRAWS):
     finally:
         step.speculative_sampling = walk
         hf_specdec.cost_model(target).reset()
+    DRAFTERS[name, drafter_cls] = drafter
     return counts, exact_joint(target, _processors(temperature, top_k, **(extra or {})), last), trees
 
 
@@ -253,6 +265,13 @@ def test_ar_drafts_handed_the_parallel_passs_q_are_caught():
     assert max(excesses(counts, exact)) > 1.0
 
 
+def test_the_adaptive_choice_of_ar_drafts_varied_over_the_calls():
+    """The distribution case above held while the choice ran every m of 1..3 (tried, then by rate, then probes)."""
+    cached_run("pard ar adaptive")
+    runs = DRAFTERS["pard ar adaptive", BlockDrafter]._ar_choice.runs
+    assert set(runs) == {1, 2, 3} and sum(runs.values()) > DRAWS, runs
+
+
 def test_ar_draws_resolve_a_three_point_error():
     """With DRAWS_OF draws, every cell's bound (false-failure 1e-6 over the 64 cells) is under 2 points, so an error
     of 3 points in any cell puts the cell past its bound unless the sample strays 1 point the other way (a
@@ -293,6 +312,7 @@ def _pit(trees, transform=None):
         "pard ar chain",
         "pard ar siblings+lookup",
         "pard ar + mask tail, top-p, repetition penalty",
+        "pard ar adaptive",
     ],
 )
 def test_q_handed_to_acceptance_is_the_distribution_drafts_were_drawn_from(name):

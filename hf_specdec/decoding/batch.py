@@ -134,14 +134,15 @@ class SpeculativeBatch:
             output_hidden_states=self.taps,
             logits_to_keep=1,
         )
-        feats = tapped_features(out.hidden_states, self.layer_ids, width)  # (b, width, L*H)
+        feats = tapped_features(out.hidden_states, self.layer_ids, width)  # (b, width, L*H) or None
         raw = out.logits[:, -1].float()  # (b, V)
         self.forwards.prefill += 1
         added = []
         for i, (p, gen) in enumerate(zip(prompts, generators, strict=True)):
             row_ids = p.to(dev)[None]
             pad_ids = pads[i][None] if len(pads[i]) else None
-            gen.queue_features(feats[i : i + 1, width - len(p) :])
+            if feats is not None:
+                gen.queue_features(feats[i : i + 1, width - len(p) :])
             gen.stats.prefill_forwards += 1
             gen.stats.batch = self.forwards
             if processors is None:

@@ -63,7 +63,7 @@ def speculative_step(batch: SpeculativeBatch) -> None:
         output_hidden_states=batch.taps,
     )
     raw = out.logits.float()  # (B, n, V)
-    features = tapped_features(out.hidden_states, batch.layer_ids, feed.shape[1])  # (B, n, L*H)
+    features = tapped_features(out.hidden_states, batch.layer_ids, feed.shape[1])  # (B, n, L*H) or None
     kept: list[list[int]] = []
     paths: list[list[int] | None] = []  # what the budget learns: each row's accepted path (None: a finished row)
     total_committed = 0
@@ -91,7 +91,8 @@ def speculative_step(batch: SpeculativeBatch) -> None:
         if row.logits is not None:
             row.logits.extend(raw[b, r : r + 1] for r in fed[:committed])
         # 6) keep (drafter side; the cache below, for every row at once)
-        row.generator.queue_features(features[b : b + 1, fed[:committed]])
+        if features is not None:
+            row.generator.queue_features(features[b : b + 1, fed[:committed]])
         kept.append(fed[:committed])
     batch.keep_fed(kept, feed.shape[1])
     verify_seconds = time.perf_counter() - verify_started  # what this step cost (the acceptance synced the device)

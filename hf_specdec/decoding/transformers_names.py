@@ -12,7 +12,8 @@ or is refused with an error that names what to set instead (`check_transformers_
   `budget` and `tree_budget` choose how many are verified), `assistant_confidence_threshold` (`budget="auto"`),
   `assistant_lookbehind` and `target_lookbehind` (for an assistant with another tokenizer: none needed),
   `assistant_ensemble_weight` (lossy; hf_specdec verifies losslessly), and the names that select another drafting
-  method: `assistant_early_exit`, `use_mtp`, `speculation_type`.
+  method: `assistant_early_exit`, `use_mtp`, `speculation_type` (but `speculation_type="dflash"` with a block
+  drafter, the DFlash-style kind, is accepted: it names what the drafter is, and hf_specdec's generator runs it).
 
 The same, as a table for users: docs/usage.md, "transformers' assisted-generation settings".
 
@@ -29,6 +30,7 @@ from collections.abc import Iterable
 
 from transformers import GenerationConfig, PreTrainedModel
 
+from ..models.block_drafter.modeling_block_drafter import BlockDrafter
 from ..models.settings import DecodingSettings
 
 # transformers' name -> the DecodingSettings field it sets for one call
@@ -60,8 +62,9 @@ REFUSED = {
     "assistant_ensemble_weight, or drop assistant_model to use transformers' assisted generation with it.",
     "assistant_early_exit": _OTHER_METHOD,
     "use_mtp": _OTHER_METHOD,
-    "speculation_type": "selects transformers' own drafting code for its own assistant classes, not {name}'s. "
-    "Unset speculation_type: hf_specdec drafts with {name} through its own generator.",
+    "speculation_type": "selects transformers' own drafting code for its own assistant classes; {name} is not a "
+    "DFlash-style drafter (only a BlockDrafter runs with speculation_type='dflash', which it then ignores). Unset "
+    "speculation_type: hf_specdec drafts with {name} through its own generator.",
 }
 NAMES = (*MAPPED, *REFUSED)
 _DEFAULTED = frozenset(GenerationConfig._get_default_generation_params())  # filled in by transformers when unset
@@ -144,6 +147,8 @@ def check_transformers_names(
     drafts = "block_size - 1" if block is None else f"block_size - 1 = {block - 1}"
     for knob in _set_names(generation_config, explicit):
         value = getattr(generation_config, knob)
+        if knob == "speculation_type" and value == "dflash" and isinstance(drafter, BlockDrafter):
+            continue  # it names the method a block drafter is: hf_specdec's generator runs it
         if knob in REFUSED:
             raise ValueError(f"{knob}={value!r} " + REFUSED[knob].format(name=name, drafts=drafts))
         if explicit is None:

@@ -61,8 +61,10 @@ class DecodingSettings:
         sampled_ar_drafts: with "exact" sampling on a causal-LM drafter (PARD), the first N drafts are sampled one
             drafter pass each, every pass reading the drafts sampled before it, so a sampled block hangs together
             (q of draft d is the LM's conditional given drafts 1..d-1); the drafts after them come from the last
-            pass's mask slots. 1 = one parallel pass (every slot blind to the draws before it). Kinds that draft
-            in one non-causal pass (the block drafter) and heads ignore it. Greedy decoding does not use it.
+            pass's mask slots. 1 = one parallel pass (every slot blind to the draws before it). With budget
+            "auto" it is the largest count, and each block's count in 1..N is chosen by what each realized
+            (committed tokens per second, `models/pard/ar_choice.py`). Kinds that draft in one non-causal pass
+            (the block drafter) and heads ignore it. Greedy decoding does not use it.
         prompt_lookup_tokens: length of an extra branch copied from the prompt or output after the longest
             matching suffix n-gram (prompt lookup decoding); 0 = off.
         prompt_lookup_ngram: longest suffix n-gram looked up.
@@ -76,7 +78,7 @@ class DecodingSettings:
     tree_topk: int = 4
     sampled_drafts: str = "exact"
     sample_branches: int = 1
-    sampled_ar_drafts: int = 2
+    sampled_ar_drafts: int = 3
     prompt_lookup_tokens: int = 0
     prompt_lookup_ngram: int = 3
     budget: str = "auto"

@@ -35,14 +35,22 @@ def drafter_layer_ids(config: PretrainedConfig, target_config: PretrainedConfig)
     return resolve_layer_ids(list(config.target_layer_ids), target_config.get_text_config().num_hidden_layers)
 
 
-def tapped_features(hidden_states: tuple, layer_ids: list[int], rows: int) -> torch.Tensor:
-    """(B, rows, L*H): outputs of the tapped layers for the first `rows` positions of a target forward."""
+def tapped_features(hidden_states: tuple | None, layer_ids: list[int], rows: int) -> torch.Tensor | None:
+    """(B, rows, L*H): outputs of the tapped layers for the first `rows` positions of a target forward; None when
+    the drafter taps none (a PARD drafter without target features)."""
+    if not layer_ids:
+        return None
     return torch.cat([hidden_states[i][:, :rows] for i in hidden_state_indices(layer_ids)], dim=-1)
 
 
 def check_drafter_matches_target(config: PretrainedConfig, target: PreTrainedModel) -> None:
-    """Raise a clear error when a drafter was built for a different target than `target`."""
+    """Raise a clear error when a drafter was built for a different target than `target`. A drafter that reads
+    only tokens (PARD without target features: its own embeddings, LM head and mask row) fits any target that
+    shares its tokenizer, whatever its shape; only the model type is compared, as a warning."""
     text = target.config.get_text_config()
+    if getattr(config, "feature_injection", None) is False:
+        _warn_other_type(config, text)
+        return
     vocab_rows = target.get_input_embeddings().weight.shape[0]
     problems = []
     if config.target_hidden_size is not None and config.target_hidden_size != text.hidden_size:
@@ -64,6 +72,10 @@ def check_drafter_matches_target(config: PretrainedConfig, target: PreTrainedMod
             f"this drafter was built for a different target ({built_for}): " + "; ".join(problems) + ". "
             "Load the drafter trained for this target, or build one with `BlockDrafter.for_target(target)`."
         )
+    _warn_other_type(config, text)
+
+
+def _warn_other_type(config: PretrainedConfig, text: PretrainedConfig) -> None:
     if config.target_model_type and config.target_model_type != text.model_type:
         logger.warning(
             "drafter was built for a %r target but is used with %r; output stays exact, acceptance may be low",

@@ -51,8 +51,8 @@ class BlockDraftCandidateGenerator(CandidateGenerator):
         stopping_criteria: StoppingCriteriaList | None = None,
     ) -> None:
         self.drafter = drafter
-        self.layer_ids = drafter_layer_ids(drafter.config, target.config)  # 0-based, in the drafter's order
-        self.model_kwargs_overrides = {"output_hidden_states": hidden_state_indices(self.layer_ids)}
+        self.layer_ids = self.target_layers(drafter, target)  # 0-based, in the drafter's order ([]: reads none)
+        self.model_kwargs_overrides = {"output_hidden_states": hidden_state_indices(self.layer_ids) or False}
         self.block_size = drafter.config.block_size
         self.max_length = generation_config.max_length
         self.logits_processor = logits_processor if logits_processor else None
@@ -69,6 +69,10 @@ class BlockDraftCandidateGenerator(CandidateGenerator):
         self._drafted: int | None = None  # drafts proposed for the forward in flight; None = prefill
         drafter.last_acceptance_stats = self.stats
         self.head = head_proposals(drafter, self)  # the drafter's head reading this generator, or None
+
+    def target_layers(self, drafter: BlockDrafter, target: PreTrainedModel) -> list[int]:
+        """The target layers whose outputs every verify forward returns to the drafter (a block drafter's taps)."""
+        return drafter_layer_ids(drafter.config, target.config)
 
     def bind_scoring(self, drafter: BlockDrafter, target: PreTrainedModel) -> None:
         """What the drafter embeds and scores with, and its cache: the target's embeddings and LM head rows."""
@@ -175,9 +179,11 @@ class BlockDraftCandidateGenerator(CandidateGenerator):
         return index if self.draft_vocab is None else self.draft_vocab.to(index.device)[index]
 
     def full_vocab(self, rows: torch.Tensor, fill: float) -> torch.Tensor:
-        """(k, V) from (k, Vd): ids outside the draft vocabulary get `fill` (the drafter never proposes them)."""
+        """(k, V) from (k, Vd): ids outside the draft vocabulary get `fill` (the drafter never proposes them); a
+        drafter with its own, smaller vocabulary (PARD for a target with more ids) gets the missing ids filled."""
         if self.draft_vocab is None:
-            return rows
+            missing = self.vocab_size - rows.shape[-1]
+            return rows if missing <= 0 else torch.cat([rows, rows.new_full((rows.shape[0], missing), fill)], -1)
         full = rows.new_full((rows.shape[0], self.vocab_size), fill)
         return full.index_copy_(1, self.draft_vocab.to(rows.device), rows)
 

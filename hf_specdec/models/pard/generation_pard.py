@@ -13,7 +13,8 @@ which only needs `draft_scores`; verification, acceptance and commit are the spe
 Sampled blocks with `DecodingSettings.sampled_ar_drafts = m > 1` (`sampled_tree`): the drafter is a causal LM, so
 drafts 1..m are sampled one pass each, pass d feeding draft d-1 (and, on pass m, masks for the rest); draft d's q
 is the LM's conditional given the drafts before it, drafts after m come from pass m's mask slots (given drafts
-1..m-1). Afterwards the cache is cropped back to the committed tokens.
+1..m-1). Afterwards the cache is cropped back to the committed tokens. With the adaptive budget m is chosen per
+block among 1..`sampled_ar_drafts` by the committed tokens per second each realized (`ar_choice.py`).
 
 In a batch, `draft_rows` runs step 1 for every drafting row in ONE drafter pass: each row's fed tokens are
 left-padded to one width, its cache left-padded to one length, and a (B, W, C + W) mask lets a row see only its own
@@ -25,6 +26,8 @@ for 1 row as for 4 on a CPU, so this is what lets a batch afford drafting.
 
 from __future__ import annotations
 
+import time
+
 import torch
 import torch.nn.functional as F
 from transformers import DynamicCache, GenerationConfig, LogitsProcessorList, PreTrainedModel, StoppingCriteriaList
@@ -33,6 +36,7 @@ from ...verification.processed import probabilities, process_rows
 from ...verification.tree import DraftTree, mask_for_attention
 from ..block_drafter.generation_block_drafter import BlockDraftCandidateGenerator
 from ..padding import left_pad, length_groups
+from .ar_choice import choice_of
 from .modeling_pard import PardDrafter
 
 
@@ -52,7 +56,16 @@ class PardCandidateGenerator(BlockDraftCandidateGenerator):
         self.inject = drafter.feature_proj is not None
         self.features: torch.Tensor | None = None  # (1, C, L*H) target features of committed tokens (injection)
         self.ready: tuple[int, torch.Tensor, torch.Tensor] | None = None  # (T, (K, H), (K-1, Vd)) from draft_rows
-        self.ar_drafts = drafter.decoding.sampled_ar_drafts  # sampled drafts that get a drafter pass each
+        settings = drafter.decoding
+        self.ar_drafts = settings.sampled_ar_drafts  # sampled drafts that get a drafter pass each (at most, "auto")
+        # the adaptive budget also picks that count per step (ar_choice.py); None: the setting, fixed
+        adaptive = settings.budget == "auto" and self.ar_drafts > 1
+        self.ar_choice = choice_of(drafter, self.ar_drafts) if adaptive else None
+        self.ar_step: tuple[int, float, int] | None = None  # (m, start seconds, row steps then) of the last block
+
+    def target_layers(self, drafter: PardDrafter, target: PreTrainedModel) -> list[int]:
+        """The listed target layers with feature injection (PARD-2); none without: PARD reads only tokens."""
+        return super().target_layers(drafter, target) if drafter.feature_proj is not None else []
 
     def bind_scoring(self, drafter: PardDrafter, target: PreTrainedModel) -> None:
         """The drafter's own embeddings and LM head rows, and a causal LM's KV cache."""
@@ -66,6 +79,12 @@ class PardCandidateGenerator(BlockDraftCandidateGenerator):
             bias = bias[: self.vocab_size] if self.draft_vocab is None else bias.index_select(0, self.draft_vocab)
         self.head_bias = bias
         self.cache = DynamicCache()
+
+    def known(self, ids: torch.LongTensor) -> torch.LongTensor:
+        """`ids` with the target's ids past the drafter's embeddings (a target with more ids than the drafter, which
+        it never emits when it shares the drafter's tokenizer) read as the mask token: never an index error."""
+        rows = self.embed.num_embeddings
+        return torch.where(ids < rows, ids, self.mask_ids[0, 0])
 
     def _receive(self, model_outputs, num_committed: int) -> None:
         """Keep the tapped features of tokens committed since the last call (only with feature injection)."""
@@ -92,7 +111,7 @@ class PardCandidateGenerator(BlockDraftCandidateGenerator):
             return ready[0][None]
         device = self.drafter.device
         cached, T = self.cache.get_seq_length(), input_ids.shape[1]
-        new = input_ids[:, cached:].to(device)  # (1, T - cached): committed tokens the cache lacks, anchor last
+        new = self.known(input_ids[:, cached:].to(device))  # (1, T - cached): tokens the cache lacks, anchor last
         feed = torch.cat([new, self.mask_ids], dim=-1)  # (1, S)
         positions = torch.arange(cached, T + self.block_size - 1, device=device)[None]  # (1, S)
         out = self.drafter(
@@ -134,8 +153,10 @@ class PardCandidateGenerator(BlockDraftCandidateGenerator):
         """Drafts sampled from q_d with `branches` i.i.d. draws per depth (the first continues the chain); drafts
         1..m (m = `sampled_ar_drafts`) each from their own drafter pass given the drafts before them, the rest from
         pass m's mask slots. The tree carries the exact q every node was drawn from."""
-        m = min(self.ar_drafts, k)
-        if self.head is not None or m <= 1:
+        if self.head is not None:
+            return super().sampled_tree(input_ids, k, branches, logits_processor)
+        m = min(self._ar_count(), k)
+        if m <= 1:
             return super().sampled_tree(input_ids, k, branches, logits_processor)
         T = input_ids.shape[1]
         hidden, first = self.draft_hidden(input_ids)[0], 0  # (K, H): row i predicts draft first + i + 1
@@ -153,12 +174,24 @@ class PardCandidateGenerator(BlockDraftCandidateGenerator):
         self.cache.crop(-(m - 1))  # drop drafts 1..m-1: the cache holds the committed tokens only
         return DraftTree.sampled_chain(torch.cat(picks).tolist(), torch.cat(rows))
 
+    def _ar_count(self) -> int:
+        """m for this block: the setting, or (adaptive budget) the choice's, after it learns what the last block
+        did, when that block's step was this row's last (a plain step in between leaves it unjudged)."""
+        if self.ar_choice is None:
+            return self.ar_drafts
+        now, last = time.perf_counter(), self.ar_step
+        if last is not None and self.stats.row_steps == last[2] + 1:
+            self.ar_choice.learn(last[0], self.stats.accepted[-1] + 1, now - last[1])
+        m = self.ar_choice.choose()
+        self.ar_step = (m, now, self.stats.row_steps)
+        return m
+
     def _extend(self, token: torch.LongTensor, T: int, d: int, masks: int) -> torch.Tensor:
         """(1 + masks, H) outputs of one drafter pass over sampled draft d (1, 1), after T committed tokens and
         drafts 1..d-1, and `masks` mask slots after it; the draft stays in the cache (`sampled_tree` crops it),
         the masks do not. With feature injection every fed slot gets the features mask slots get."""
         device, position = self.drafter.device, T + d - 1
-        feed = torch.cat([token.to(device), self.mask_ids[:, :masks]], dim=-1)  # (1, 1 + masks)
+        feed = torch.cat([self.known(token.to(device)), self.mask_ids[:, :masks]], dim=-1)  # (1, 1 + masks)
         positions = torch.arange(position, position + 1 + masks, device=device)[None]  # (1, 1 + masks)
         features = self._aligned(T - 1, T)  # (1, K, L*H): the anchor's and the masks' (all equal), or None
         if features is not None:
@@ -201,7 +234,7 @@ class PardCandidateGenerator(BlockDraftCandidateGenerator):
         positions = torch.zeros(B, W, dtype=torch.long, device=device)  # (B, W)
         seen = torch.zeros(B, C + W, dtype=torch.bool)  # (B, C + W) slots a row may attend to, built on the host
         for b, (ids, c, T, f) in enumerate(zip(input_ids, cached, lengths, fed, strict=True)):
-            feed[b, W - f : W - K + 1] = ids[0, c:].to(device)
+            feed[b, W - f : W - K + 1] = first.known(ids[0, c:].to(device))
             positions[b, W - f :] = torch.arange(c, T + K - 1, device=device)
             seen[b, C - c : C] = True
             seen[b, C + W - f :] = True

@@ -1,0 +1,45 @@
+"""The per-block choice of how many sampled drafts get a drafter pass of their own (`models/pard/ar_choice.py`)."""
+
+from __future__ import annotations
+
+from hf_specdec.models.pard.ar_choice import PROBE_EVERY, RECENT, TRIED, ArChoice, choice_of
+
+
+def run(choice: ArChoice, rates: dict[int, float], steps: int) -> list[int]:
+    """`steps` choices, each step realizing rates[m] tokens per second (one-second steps)."""
+    picked = []
+    for _ in range(steps):
+        m = choice.choose()
+        choice.learn(m, rates[m], 1.0)
+        picked.append(m)
+    return picked
+
+
+def test_every_count_is_tried_then_the_best_rate_wins_with_probes_of_the_others():
+    choice = ArChoice(largest=3)
+    picked = run(choice, {1: 3.0, 2: 4.5, 3: 4.0}, 64)
+    assert picked[: 3 * TRIED] == [1] * TRIED + [2] * TRIED + [3] * TRIED
+    after = picked[3 * TRIED :]
+    probes = [i for i, m in enumerate(after, start=3 * TRIED + 1) if m != 2]
+    assert probes and all(step % PROBE_EVERY == 0 for step in probes)  # the best except on probe steps
+    assert after.count(2) == len(after) - len(probes)
+
+
+def test_a_change_of_text_moves_the_choice_within_the_recent_window():
+    choice = ArChoice(largest=2)
+    run(choice, {1: 3.0, 2: 5.0}, 40)
+    picked = run(choice, {1: 3.0, 2: 2.0}, RECENT * PROBE_EVERY)  # m = 2 stops paying
+    assert picked[-PROBE_EVERY:].count(1) == PROBE_EVERY - 1  # all but the one probe of m = 2
+
+
+def test_steps_without_time_are_not_judged_and_the_memory_lives_on_the_drafter():
+    choice = ArChoice(largest=2)
+    choice.learn(2, 9, 0.0)
+    assert choice.rate(2) == 0.0 and choice.choose() == 1
+
+    class Drafter:
+        pass
+
+    drafter = Drafter()
+    first = choice_of(drafter, 3)
+    assert choice_of(drafter, 3) is first and choice_of(drafter, 2) is not first
