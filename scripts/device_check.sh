@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # The one prepared check for a lent GPU machine: the device-parametrised tests on CUDA (`-k cuda`), then the
 # synthetic step benchmark (hf_specdec/bench/device_step.py: random-weight Qwen2.5-1.5B and Qwen3-8B shapes, forced
-# acceptance, bf16; JSON out, one table printed). Nothing is downloaded or installed: it runs from the carried
-# working tree, with the carried .venv when there is one. About 8 minutes at most (--total-s).
+# acceptance, block drafters and PARD / PARD-2 drafters over random Qwen2.5-0.5B / Qwen3-0.6B LMs, bf16; first a
+# bf16 greedy agreement check against plain decoding; JSON out, two tables printed). Nothing is downloaded or
+# installed: it runs from the carried working tree, with the carried .venv when there is one. About 8 minutes at
+# most (--total-s).
 #
 #   bash scripts/device_check.sh --out "$OUT/device_step.json" 2>&1 | tee "$OUT/device_check.log"   # on the GPU
 #   bash scripts/device_check.sh --device cpu --small --out runs/device_step.json                   # CPU, < 1 min
 #
-# Options: --device cuda|cpu (default cuda), --small (one test, the tiny shape and a few cases), --skip-tests,
+# Options: --device cuda|cpu (default cuda), --small (one test, the tiny shapes and a few cases), --skip-tests,
 # --out PATH (default results/device_step.json), --total-s SECONDS (wall budget of tests + benchmark, default 450).
 set -uo pipefail
 cd "$(dirname "$0")/.."
