@@ -27,8 +27,18 @@ drafted node were valued at ~0.2 and none of 33 was accepted, and steps with a l
 commit 21-25% more than they did; counting only the copy's own nodes, MT-Bench's were predicted at 86 tokens and
 committed 88).
 
-Counts start from a weak prior (one pseudo-node per depth) and decay (old steps weigh less), so the model follows
-a call whose text changes; it is part of the drafter's `BudgetMemory` (`budget_memory.py`), kept between calls.
+Counts start from a weak prior (one pseudo-node per depth) and decay (old verified trees weigh less), so the model
+follows a call whose text changes; it is part of the drafter's `BudgetMemory` (`budget_memory.py`), kept between
+calls. Only a verified draft is evidence: a plain step (an empty tree) leaves the counts as they are. Were they to
+decay there too, a run of plain steps would fade what the drafter was seen to achieve back to the prior, a drafter
+that loses would look as good as a new one whenever a probe is due, and a probe judged by the models would resume
+drafting that loses.
+
+A depth the budget never verified borrows the counts of the deepest shallower depth that has some, for the
+calibration as for the rates: at a depth with no evidence the calibration would be 1 (the drafter's confidence
+taken at its word), and a confident drafter that is mostly wrong would have its deep nodes valued at its own
+confidence (a chain drafted at q = 0.8 whose depth-1 nodes are accepted 20% of the time would be valued at 1.8
+committed tokens a step; with depth 1's calibration carried down it is valued at 1.25).
 """
 
 from __future__ import annotations
@@ -38,7 +48,7 @@ from dataclasses import dataclass, field
 
 from ..verification.tree import DraftTree
 
-DECAY = 0.98  # weight of the past per recorded step
+DECAY = 0.98  # weight of the past per verified (non-empty) tree
 # before any evidence, per depth; "copying": lookup nodes of a row whose previous step accepted a lookup node;
 # "+": a lookup node under a node the lookup branch proposed (a copy going on), pooled over depths
 PRIOR_RATE = {"drafted": 0.5, "sampled": 0.5, "lookup": 0.3, "copying": 0.7, "lookup+": 0.8, "copying+": 0.8}
@@ -58,7 +68,10 @@ class AcceptanceModel:
     counts: dict[str, dict[int, DepthCounts]] = field(default_factory=lambda: {k: {} for k in PRIOR_RATE})
 
     def record(self, tree: DraftTree, path: list[int]) -> None:
-        """Count a verified tree whose accepted nodes (root to leaf) are `path`."""
+        """Count a verified tree whose accepted nodes (root to leaf) are `path`; an empty tree (a plain step) is no
+        evidence and changes nothing."""
+        if not len(tree):
+            return
         for table in self.counts.values():
             for c in table.values():
                 c.tried, c.accepted, c.expected = c.tried * DECAY, c.accepted * DECAY, c.expected * DECAY
@@ -83,15 +96,13 @@ class AcceptanceModel:
         if kind.endswith("+"):
             tried, accepted = sum(c.tried for c in table.values()), sum(c.accepted for c in table.values())
             return (accepted + PRIOR_RATE[kind]) / (tried + 1.0)
-        c = table.get(depth)
-        if c is None or c.tried < 1.0:
-            known = [d for d, x in table.items() if d < depth and x.tried >= 1.0]
-            c = table[max(known)] if known else (c or DepthCounts())
+        c = _evidence(table, depth)
         return (c.accepted + PRIOR_RATE[kind]) / (c.tried + 1.0)
 
     def calibration(self, depth: int) -> float:
-        """c_d: accepted best-first nodes per unit of the drafter's q at `depth` (1 = the drafter is calibrated)."""
-        c = self.counts["drafted"].get(depth, DepthCounts())
+        """c_d: accepted best-first nodes per unit of the drafter's q at `depth` (1 = the drafter is calibrated); a
+        depth with no evidence yet takes the deepest shallower depth's, as `rate` does."""
+        c = _evidence(self.counts["drafted"], depth)
         return (c.accepted + 1.0) / (c.expected + 1.0)
 
     def node_values(self, tree: DraftTree) -> list[float]:
@@ -115,6 +126,15 @@ class AcceptanceModel:
 
     def reset(self) -> None:
         self.counts = {k: {} for k in PRIOR_RATE}
+
+
+def _evidence(table: dict[int, DepthCounts], depth: int) -> DepthCounts:
+    """The counts at `depth`, or, under one node tried there, those of the deepest shallower depth that has one."""
+    c = table.get(depth)
+    if c is None or c.tried < 1.0:
+        known = [d for d, x in table.items() if d < depth and x.tried >= 1.0]
+        c = table[max(known)] if known else (c or DepthCounts())
+    return c
 
 
 def siblings_share(parents: list[int], given_parent: list[float], first: list[bool]) -> list[float]:

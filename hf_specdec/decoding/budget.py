@@ -13,14 +13,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..verification.tree import DraftTree
+from .acceptance_model import AcceptanceModel
 from .budget_memory import BudgetMemory
 from .step_cost import GRID
 
-MAX_BACKOFF = 64  # plain steps between probes, at most
+MAX_BACKOFF = 64  # plain steps between probes, at most, while drafting does not clearly lose
+CLEAR_BACKOFF = 256  # plain steps between probes, at most, once drafting clearly loses (by PROBE_MARGIN)
 NOISE = 0.03  # rates this close to the best count as equal (the larger size wins)
-RECENT = 5  # drafted steps whose realized tokens and seconds (their ratio decides) / drafter seconds are kept
-JUDGED_AFTER = 3  # realized rates needed before they can overrule the models
-PROBE_MARGIN = 0.2  # a due probe is skipped when the models put drafting this far below plain steps
+RECENT = 12  # drafted steps whose realized tokens and seconds (their ratio decides) / drafter seconds are kept
+JUDGED_AFTER = 3  # realized steps needed before they overrule the models (a probe's own overrules at once)
+PROBE_MARGIN = 0.2  # drafting this far below plain steps loses clearly; a probe the prior puts this far below: skipped
+PRIOR = AcceptanceModel()  # no evidence: what a drafter is credited with before it is seen (never recorded into)
 
 
 @dataclass
@@ -59,7 +62,10 @@ class Budget:
 
     memory: BudgetMemory
     draft_seconds: float | None = None  # drafter seconds per row to decide with (what-if); None: the measured median
-    realized: dict[int, list[tuple[int, float]]] = field(default_factory=dict)  # rows -> (committed, s), recent steps
+    # rows -> recent judged drafted steps: (committed, seconds as judged, seconds with every catch-up in full)
+    realized: dict[int, list[tuple[int, float, float]]] = field(default_factory=dict)
+    resuming: bool = True  # no drafter pass since the call began or since a plain step: the next one catches up
+    planned: set[int] = field(default_factory=set)  # loads this call has planned a step for
 
     def plan(self, rows: int, draft: Callable[[], list[DraftTree]]) -> StepPlan:
         """The step over `rows` rows: plain (no drafter pass), or `draft()`'s trees (one per row, at their largest
@@ -82,13 +88,20 @@ class Budget:
         for tree, path in zip(plan.trees, record.paths, strict=True):
             if path is not None:
                 self.memory.acceptance.record(tree, path)
-        costs = self.memory.costs
+        costs, memory = self.memory.costs, self.memory
         costs.record(record.fed, record.verify_seconds, rows)
         drafter = record.draft_seconds
         if plan.drafted and not record.caught_up and drafter > 0 and not costs.pinned:  # a pinned curve decides alone
-            self.memory.draft_seconds = [*self.memory.draft_seconds[1 - RECENT :], drafter / rows]
+            memory.draft_seconds = [*memory.draft_seconds[1 - RECENT :], drafter / rows]
         if plan.drafted:
-            self._judge(plan, rows, (record.committed, record.draft_seconds + record.verify_seconds))
+            full = drafter + record.verify_seconds
+            judged = full
+            if record.caught_up and self.resuming and self.drafter_seconds is not None:
+                # what it read of the prompt or of plain steps' tokens is spent whatever comes next: drafting on
+                # pays the drafter's usual seconds (a join's catch-up, between drafted steps, counts in full)
+                judged = min(drafter, rows * self.drafter_seconds) + record.verify_seconds
+            self._judge(plan, rows, (record.committed, judged, full))
+        self.resuming = not plan.drafted
 
     def save(self) -> bool:
         """The memory's one explicit save (the cost curve to the cache file; never raises for the file)."""
@@ -102,7 +115,9 @@ class Budget:
 
     def _drafting(self, rows: int) -> bool:
         """Whether this step runs the drafter (False: a plain one-token step); the plain/probe schedule of this
-        batch size lives in the memory, so it carries over between calls."""
+        batch size lives in the memory, so it carries over between calls. A call whose load is known to lose
+        clearly (its back-off past `MAX_BACKOFF`) still tries its first step: new text may draft well, and the
+        first step is where a try costs least (the drafter reads the prompt only) and a win pays for the most."""
         memory, costs = self.memory, self.memory.costs
         schedule = memory.schedule.get(rows)
         new_load = schedule is None
@@ -110,6 +125,9 @@ class Budget:
             near = [r for r, s in memory.schedule.items() if s[1] > 2 and rows / 2 <= r <= rows]
             backoff = memory.schedule[min(near, key=lambda r: abs(r - rows))][1] if near else 0
             schedule = memory.schedule[rows] = [backoff, max(2, backoff)]
+        elif rows not in self.planned and schedule[1] > MAX_BACKOFF:
+            schedule[0] = 0
+        self.planned.add(rows)
         if not costs.measured(1, rows):  # the one-token cost first: a plain step measures it
             return False
         if schedule[0] > 0:
@@ -122,10 +140,14 @@ class Budget:
         return True
 
     def _clearly_loses(self, rows: int) -> bool:
-        """Whether the best drafted rate the models give for the drafts judged last (`BudgetMemory.typical`) falls
-        short of plain steps' by more than `PROBE_MARGIN`, the verify cost estimated with the curve's rise at the
-        nearest load measured when this one has only its one-token cost. A probe would then only spend a drafter
-        pass (which first catches up on every row's tokens, prompts included) to confirm it."""
+        """Whether even a drafter credited with the acceptance model's prior (`BudgetMemory.typical`: the drafts
+        judged last, each node valued by the prior or by the drafter's record, whichever is higher) falls short of
+        plain steps' rate by more than
+        `PROBE_MARGIN`, the verify cost estimated with the curve's rise at the nearest load measured when this one
+        has only its one-token cost: the load cannot pay whatever the text (many rows on a compute-bound device),
+        and a probe would only spend a drafter pass (which first catches up on every row's tokens, prompts
+        included) to confirm it. Where it is the acceptance on this text that loses, probes go on (text changes);
+        how often is the back-off's business (`_judge`)."""
         costs, seconds = self.memory.costs, self.drafter_seconds
         values, plain = self.memory.typical, costs.cost(1, rows)
         if not values or plain is None or seconds is None:
@@ -136,11 +158,16 @@ class Budget:
         )
         return best < (1 - PROBE_MARGIN) * rows / plain
 
-    def _judge(self, plan: StepPlan, rows: int, realized: tuple[int, float]) -> None:
+    def _judge(self, plan: StepPlan, rows: int, realized: tuple[int, float, float]) -> None:
         """After a drafted step, switch to plain steps when drafting loses to plain decoding: the best drafted rate
-        the models predict for this step's drafts, or the rate drafted steps at this load have really achieved
-        (`realized`: this step's committed tokens and seconds, drafter included; the last `RECENT` steps' tokens
-        over their seconds), whichever is lower."""
+        the models predict for this step's drafts, or the rate drafted steps at this load have really achieved in
+        this call (`realized`: this step's committed tokens, its seconds as judged and in full; the last `RECENT`
+        steps' tokens over their seconds), whichever is lower. The realized rate overrules once `JUDGED_AFTER`
+        steps are in; a probe (a drafted step while the back-off is above 2) is judged by the realized rate alone,
+        from its first step. A loss doubles the back-off, up to `CLEAR_BACKOFF` where drafting clearly loses (this
+        call's steps, catch-ups included, commit `PROBE_MARGIN` less per second than plain steps: two steps tell, one
+        when the load already lost clearly; where the models agree, straight to half of `CLEAR_BACKOFF`),
+        else up to `MAX_BACKOFF`; drafting that pays halves it, once `JUDGED_AFTER` realized steps say so."""
         costs, memory = self.memory.costs, self.memory
         plain = costs.cost(1, rows)
         if plan.measuring:  # a size verified to measure its cost: not a step that was meant to pay
@@ -151,18 +178,28 @@ class Budget:
         if plain is None or any(not costs.measured(g, rows) for g in GRID[:2]) or not any(map(len, trees)):
             return  # nothing to judge by (no curve yet, or no room left to draft in)
         values = [sorted(memory.acceptance.node_values(t), reverse=True) for t in trees]
-        memory.typical = max(values, key=len)
+        largest = max(trees, key=len)  # each node as the more hopeful of the prior and the drafter's record value it
+        hopeful = map(max, PRIOR.node_values(largest), memory.acceptance.node_values(largest))
+        memory.typical = sorted(hopeful, reverse=True)
         most = max((len(v) for v in values), default=0)
         best = self._best(values, rows, most)
         schedule = memory.schedule.setdefault(rows, [0, 2])
-        drafted_rate = self._rate(values, rows, best)
+        modelled = drafted_rate = self._rate(values, rows, best)
+        plain_rate = rows / plain
         seen = self.realized.get(rows, [])
-        if len(seen) >= JUDGED_AFTER:
-            drafted_rate = min(drafted_rate, sum(c for c, _ in seen) / max(sum(s for _, s in seen), 1e-9))
-        if drafted_rate < rows / plain:
-            schedule[:] = [schedule[1], min(MAX_BACKOFF, 2 * schedule[1])]
-        else:
-            schedule[1] = 2
+        if seen and schedule[1] > 2:  # a probe: what drafting really achieved here decides, from its first step
+            drafted_rate = _per_second(seen, 1)
+        elif len(seen) >= JUDGED_AFTER:
+            drafted_rate = min(drafted_rate, _per_second(seen, 1))
+        if drafted_rate < plain_rate:
+            told = len(seen) >= 2 or (len(seen) == 1 and schedule[1] > MAX_BACKOFF)
+            clearly = told and _per_second(seen, 2) < (1 - PROBE_MARGIN) * plain_rate
+            cap = CLEAR_BACKOFF if clearly else MAX_BACKOFF
+            sure = clearly and modelled < (1 - PROBE_MARGIN) * plain_rate  # the models agree: no ladder of probes
+            run = max(schedule[1], CLEAR_BACKOFF // 2) if sure else schedule[1]
+            schedule[:] = [min(cap, run), min(cap, 2 * run)]
+        elif len(seen) >= JUDGED_AFTER:
+            schedule[1] = max(2, schedule[1] // 2)
 
     def _unmeasured(self, values: list[list[float]], rows: int, most: int) -> int | None:
         """The smallest grid size (drafts per row) not measured yet that could still pay, if any fits. A single
@@ -211,6 +248,11 @@ class Budget:
         rates = [self._rate(values, rows, n) for n in range(most + 1)]
         top = max(rates)
         return max(n for n, rate in enumerate(rates) if rate >= (1 - NOISE) * top)
+
+
+def _per_second(steps: list[tuple[int, float, float]], seconds: int) -> float:
+    """Tokens committed per second over `steps`, their seconds taken from field `seconds` (1: as judged, 2: in full)."""
+    return sum(s[0] for s in steps) / max(sum(s[seconds] for s in steps), 1e-9)
 
 
 def keep_best(tree: DraftTree, n: int, values: list[float]) -> DraftTree:

@@ -26,7 +26,9 @@ class BudgetMemory:
     # call at the same load starts where this one left off instead of probing afresh
     schedule: dict[int, list[int]] = field(default_factory=dict)
     draft_seconds: list[float] = field(default_factory=list)  # the drafter's seconds per row, recent drafted steps
-    typical: list[float] = field(default_factory=list)  # node values of the last judged drafts, best first
+    # node values of the last judged drafts, best first, each the higher of the acceptance model's prior (what a
+    # drafter with no evidence is credited with) and the drafter's record: what a probe is asked whether it could pay
+    typical: list[float] = field(default_factory=list)
     unsaved: str | None = None  # why the last `save()` could not write the cache file (None: it could)
 
     @property
