@@ -16,7 +16,7 @@ from test_specopd import expected_accepted, specopd_setup
 from transformers import GenerationConfig, LogitsProcessorList, TemperatureLogitsWarper
 
 import hf_specdec
-from hf_specdec import PardDrafter, head_of
+from hf_specdec import DecodingSettings, PardDrafter, head_of
 from hf_specdec.models.pard import PardCandidateGenerator
 from hf_specdec.models.policy import BlockPolicy
 from hf_specdec.training.config import DistillationConfig
@@ -32,6 +32,9 @@ def test_the_q_specopd_trains_is_the_q_decoding_samples_from(tmp_path):
     tree decoding verifies, at the call's temperature) carries."""
     target = tiny_target("llama").float()
     drafter = pard(target, block_size=5).float()
+    # SpecOPD trains the one parallel pass's q; with sampled_ar_drafts = m > 1 (the default) decoding draws drafts
+    # 2..m from the LM's own conditionals instead, which no proposal tree here covers (docs/specopd.md)
+    drafter.decoding = DecodingSettings(budget="fixed", sampled_ar_drafts=1)
     ids = torch.arange(10, 40)  # (T,)
     seq = TrainingSequence(ids=ids, features=torch.zeros(len(ids), 1), loss_start=1)
     config = DistillationConfig(objective="specopd", target="tiny", output_dir=str(tmp_path), temperature=0.7)
