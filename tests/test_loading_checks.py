@@ -145,6 +145,9 @@ def test_two_adapters_naming_each_other_are_refused(saved, tmp_path):
         ("sample_branches", 0, ValueError),
         ("budget", 3, ValueError),
         ("sampled_drafts", "greedy", ValueError),
+        ("sampled_ar_stop", 1.0, ValueError),
+        ("sampled_ar_stop", "0.4", ValueError),
+        ("sampled_ar_stop", True, ValueError),
     ],
 )
 def test_decoding_settings_are_type_checked_when_built_set_or_loaded(saved, field, value, error):

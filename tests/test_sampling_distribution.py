@@ -11,7 +11,8 @@ transform (uniform on [0, 1] exactly when each draft is a draw from its q; DKW b
 
 The PARD cases with `sampled_ar_drafts` draw each draft from its own drafter pass given the drafts before it; one
 of them (block 4) measures new tokens 3 and 4, which the mask tail after two such drafts decides, under top-p and
-repetition penalty. Its negative control hands acceptance the first pass's (parallel) q.
+repetition penalty. Its negative control hands acceptance the first pass's (parallel) q. Another (`sampled_ar_stop`)
+ends a block after a draft its q doubted, so a block's length follows its own draws.
 """
 
 from __future__ import annotations
@@ -85,12 +86,15 @@ CASES = {
         1.0,
         None,
     ),
+    # a dependent block that ends after a draft its q gave less than 0.3 (its length depends on its own draws)
+    "pard ar stop": (DecodingSettings(budget="fixed", sampled_ar_drafts=3, sampled_ar_stop=0.3), 1.0, None),
 }
 # cases whose block is 4 and whose measured tokens are new tokens 3 and 4 (so the mask tail after two AR drafts is
 # what decides them), with top-p and repetition penalty
 LONGER = {
     "pard ar + mask tail, top-p, repetition penalty": {"top_p": 0.95, "repetition_penalty": 1.3},
     "pard ar adaptive": {},
+    "pard ar stop": {},
 }
 AFTER = {"pard ar adaptive": 8}  # new tokens after the measured ones: later steps, whose rates the choice learns
 DRAFTERS: dict = {}  # the drafter of each cached run
@@ -272,6 +276,24 @@ def test_the_adaptive_choice_of_ar_drafts_varied_over_the_calls():
     assert set(runs) == {1, 2, 3} and sum(runs.values()) > DRAWS, runs
 
 
+def test_a_dependent_block_ends_at_a_doubted_draft():
+    """The stop case above held while blocks ended at every depth: no block holds a draft after one its q gave less
+    than the threshold (0.3), and blocks ended so at depths 1 and 2 as well as running whole."""
+    _, _, trees = cached_run("pard ar stop")
+    lengths = {}
+    for tree in trees:
+        if tree.q is None or not len(tree):
+            continue
+        chain = [i for i, row in enumerate(tree.q_of) if row >= 0]  # sampled nodes in depth order (a chain here)
+        q_of_draws = [float(tree.q[tree.q_of[i], tree.tokens[i]]) for i in chain]
+        doubted = next((d for d, q in enumerate(q_of_draws[:-1]) if q < 0.3), None)
+        assert doubted is None, (q_of_draws, "a draft after a doubted one")  # the block ended at the doubted draft
+        ended = "doubted" if q_of_draws[-1] < 0.3 and len(chain) < 3 else "full or cut by max_new_tokens"
+        lengths[len(chain), ended] = lengths.get((len(chain), ended), 0) + 1
+    ends = {(1, "doubted"), (2, "doubted"), (3, "full or cut by max_new_tokens")}
+    assert ends <= set(lengths) and min(lengths[e] for e in ends) > 50, lengths
+
+
 def test_ar_draws_resolve_a_three_point_error():
     """With DRAWS_OF draws, every cell's bound (false-failure 1e-6 over the 64 cells) is under 2 points, so an error
     of 3 points in any cell puts the cell past its bound unless the sample strays 1 point the other way (a
@@ -313,6 +335,7 @@ def _pit(trees, transform=None):
         "pard ar siblings+lookup",
         "pard ar + mask tail, top-p, repetition penalty",
         "pard ar adaptive",
+        "pard ar stop",
     ],
 )
 def test_q_handed_to_acceptance_is_the_distribution_drafts_were_drawn_from(name):

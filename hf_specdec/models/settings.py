@@ -23,6 +23,8 @@ _MINIMUM = {  # integer fields: the smallest allowed value and what it means
     "prompt_lookup_ngram": (1, "longest suffix n-gram"),
 }
 
+_FRACTIONS = {"sampled_ar_stop": "0 = never stop early"}  # float fields in [0, 1)
+
 
 def _checked(name: str, value):
     """`value` for setting `name` (integers as plain int), or TypeError (wrong type) / ValueError (out of range,
@@ -40,6 +42,10 @@ def _checked(name: str, value):
         if value < low:
             raise ValueError(f"{name} must be >= {low} ({meaning}), got {value}")
         return int(value)  # numpy integers too: the settings are saved as JSON
+    if name in _FRACTIONS:
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < 1:
+            raise ValueError(f"{name} must be a number in [0, 1) ({_FRACTIONS[name]}), got {value!r}")
+        return float(value)
     if name in _CHOICES and (not isinstance(value, str) or value not in _CHOICES[name]):
         raise ValueError(f"{name} must be one of {_CHOICES[name]}, got {value!r}")
     return value
@@ -65,6 +71,10 @@ class DecodingSettings:
             "auto" it is the largest count, and each block's count in 1..N is chosen by what each realized
             (committed tokens per second, `models/pard/ar_choice.py`). Kinds that draft in one non-causal pass
             (the block drafter) and heads ignore it. Greedy decoding does not use it.
+        sampled_ar_stop: with sampled_ar_drafts > 1, a dependent block ends after a draft that had probability below
+            this under its q (the drafter doubts it, so the target likely rejects it): no further pass is paid for
+            drafts after it. transformers' `assistant_confidence_threshold` (0.4) does the same for its assistant.
+            0 = never end early.
         prompt_lookup_tokens: length of an extra branch copied from the prompt or output after the longest
             matching suffix n-gram (prompt lookup decoding); 0 = off.
         prompt_lookup_ngram: longest suffix n-gram looked up.
@@ -79,6 +89,7 @@ class DecodingSettings:
     sampled_drafts: str = "exact"
     sample_branches: int = 1
     sampled_ar_drafts: int = 3
+    sampled_ar_stop: float = 0.0
     prompt_lookup_tokens: int = 0
     prompt_lookup_ngram: int = 3
     budget: str = "auto"

@@ -262,9 +262,12 @@ class DistillationConfig(DrafterTrainingConfig):
         },
     )
     feature_scale: float = field(default=0.02, metadata={"help": "pard: scale of the projected features (PARD-2)"})
-    kept_layers: int | None = field(
+    kept_layers: list[int] | None = field(
         default=None,
-        metadata={"help": "pard: keep only the drafter LM's first N decoder layers (a cheaper draft, trained on)"},
+        metadata={
+            "help": "pard: the drafter LM's decoder layers to keep, increasing ids (e.g. 0 1 ... 7 16 ... 23), or "
+            "one count N for the first N: a cheaper draft, trained on (docs/pard.md 5.6)"
+        },
     )
 
     def __post_init__(self) -> None:
@@ -284,10 +287,9 @@ class DistillationConfig(DrafterTrainingConfig):
             raise ValueError("cod_ratio and cod_floor must be in (0, 1], feature_dropout in [0, 1]")
         if self.feature_scale <= 0:
             raise ValueError(f"feature_scale must be > 0, got {self.feature_scale}")
-        if self.kept_layers is not None and (self.kept_layers < 1 or self.objective != "pard"):
-            raise ValueError(
-                f"--kept_layers cuts a PARD drafter (--objective pard) to N >= 1 layers, got {self.kept_layers}"
-            )
+        kept = self.kept_layers
+        if kept is not None and (not kept or min(kept) < 0 or self.objective != "pard"):
+            raise ValueError(f"--kept_layers names the PARD drafter's layers to keep (--objective pard), got {kept}")
         if self.feature_layers is not None and (not self.feature_layers or not self.feature_injection):
             raise ValueError(
                 "--feature_layers lists the layers --feature_injection reads; pass both (a non-empty list)"

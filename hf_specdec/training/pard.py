@@ -66,8 +66,9 @@ class PardTrainer(DrafterTrainer):
                 num_target_taps=config.num_target_taps,
                 target_name_or_path=config.target,
             )
-        if config.kept_layers is not None:  # the cheaper draft: the LM's first layers, trained on (docs/pard.md 5.6)
-            drafter.keep_layers(config.kept_layers)
+        if config.kept_layers is not None:  # the cheaper draft: some of the LM's layers, trained on (docs/pard.md 5.6)
+            kept = config.kept_layers
+            drafter.keep_layers(kept[0] if len(kept) == 1 else list(kept))  # one number: a count
         if config.feature_injection and drafter.feature_proj is None:  # PARD-2 on a drafter that had no features
             depth = target.config.get_text_config().num_hidden_layers
             layers = config.feature_layers or build_target_layer_ids(depth, config.num_target_taps)

@@ -13,6 +13,7 @@ from transformers import AutoConfig, PreTrainedConfig
 from ..block_drafter.configuration_block_drafter import build_target_layer_ids
 from ..registry import check_head
 from ..settings import check_saved_settings
+from .layer_cut import layers_to_keep
 
 
 @strict
@@ -40,8 +41,8 @@ class PardConfig(PreTrainedConfig):
         draft_vocab_size: when set, the drafter's head scores only these many ids (the `draft_vocab` buffer, e.g. the
             most frequent target tokens): the head is a third of a 0.5B model's weights, so this cuts the pass that
             much. Lossless: the target verifies over its whole vocabulary.
-        kept_layers: when set, the drafter runs only the base LM's first `kept_layers` decoder layers (then its
-            final norm and head): a cheaper pass, trained to make up for the rest (docs/pard.md 5.6).
+        kept_layers: when set, the base LM's decoder layers the drafter runs (increasing ids; then its final norm
+            and head): a cheaper pass, trained to make up for the rest (docs/pard.md 5.6). None: all of them.
         decoding: decode-time settings (`hf_specdec.DecodingSettings` as a dict), read and set as `drafter.decoding`.
         head: the head the drafter carries (`{"type": "dblast", ...its shape}`, see `hf_specdec.attach_head`), or None.
         backbone: in a folder that holds a head alone, the PARD drafter it sits on (a folder, relative to this one or
@@ -66,7 +67,7 @@ class PardConfig(PreTrainedConfig):
     vocab_size: int | None = None
     hidden_size: int | None = None
     draft_vocab_size: int | None = None
-    kept_layers: int | None = None
+    kept_layers: list[int] | None = None
     tie_word_embeddings: bool = False
     decoding: dict | None = None
     head: dict | None = None
@@ -82,10 +83,10 @@ class PardConfig(PreTrainedConfig):
     def lm_config(self) -> PreTrainedConfig:
         """The causal LM's config object."""
         values = dict(self.base_config)
-        if self.kept_layers is not None:  # the LM as the drafter runs it: its first kept_layers layers
-            values["num_hidden_layers"] = self.kept_layers
+        if self.kept_layers is not None:  # the LM as the drafter runs it: the kept layers only
+            values["num_hidden_layers"] = len(self.kept_layers)
             if values.get("layer_types") is not None:
-                values["layer_types"] = values["layer_types"][: self.kept_layers]
+                values["layer_types"] = [values["layer_types"][i] for i in self.kept_layers]
         return AutoConfig.for_model(values.pop("model_type"), **values)
 
     def validate_drafter(self) -> None:
@@ -117,13 +118,8 @@ class PardConfig(PreTrainedConfig):
         if self.target_vocab_size is not None and self.vocab_size is not None:
             if min(self.vocab_size, self.target_vocab_size) <= self.mask_token_id:
                 raise ValueError(f"mask_token_id {self.mask_token_id} is outside the target's or the LM's vocabulary")
-        depth = self.base_config.get("num_hidden_layers")
-        if self.kept_layers is not None and not (
-            isinstance(self.kept_layers, int) and 1 <= self.kept_layers <= (depth or 2**62)
-        ):
-            raise ValueError(
-                f"kept_layers must be in 1..{depth} (the base LM's decoder layers), got {self.kept_layers!r}"
-            )
+        if self.kept_layers is not None:
+            layers_to_keep(self.kept_layers, self.base_config.get("num_hidden_layers") or 2**31)
         check_saved_settings(self.decoding)
         check_head(self)
 

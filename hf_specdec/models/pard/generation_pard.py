@@ -58,6 +58,7 @@ class PardCandidateGenerator(BlockDraftCandidateGenerator):
         self.ready: tuple[int, torch.Tensor, torch.Tensor] | None = None  # (T, (K, H), (K-1, Vd)) from draft_rows
         settings = drafter.decoding
         self.ar_drafts = settings.sampled_ar_drafts  # sampled drafts that get a drafter pass each (at most, "auto")
+        self.ar_stop = settings.sampled_ar_stop  # a dependent block ends after a draft of q below this
         # the adaptive budget also picks that count per step (ar_choice.py); None: the setting, fixed
         adaptive = settings.budget == "auto" and self.ar_drafts > 1
         self.ar_choice = choice_of(drafter, self.ar_drafts) if adaptive else None
@@ -152,7 +153,8 @@ class PardCandidateGenerator(BlockDraftCandidateGenerator):
     ) -> DraftTree:
         """Drafts sampled from q_d with `branches` i.i.d. draws per depth (the first continues the chain); drafts
         1..m (m = `sampled_ar_drafts`) each from their own drafter pass given the drafts before them, the rest from
-        pass m's mask slots. The tree carries the exact q every node was drawn from."""
+        pass m's mask slots. A draft before m drawn with q below `sampled_ar_stop` ends the block (one host read
+        per pass: whether to pay for the next). The tree carries the exact q every node was drawn from."""
         if self.head is not None:
             return super().sampled_tree(input_ids, k, branches, logits_processor)
         m = min(self._ar_count(), k)
@@ -171,7 +173,10 @@ class PardCandidateGenerator(BlockDraftCandidateGenerator):
             ids = torch.cat([ids, pick[:, :1]], dim=-1)
             rows.append(q_d)
             picks.append(pick)
-        self.cache.crop(-(m - 1))  # drop drafts 1..m-1: the cache holds the committed tokens only
+            if d < m - 1 and self.ar_stop > 0 and float(q_d[0, pick[0, 0]]) < self.ar_stop:
+                break  # the drafter doubts draft d + 1: the block ends there, no pass is paid after it
+        if first:
+            self.cache.crop(-first)  # drop the drafts fed (1..first): the cache holds the committed tokens only
         return DraftTree.sampled_chain(torch.cat(picks).tolist(), torch.cat(rows))
 
     def _ar_count(self) -> int:

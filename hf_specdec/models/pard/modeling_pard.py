@@ -31,7 +31,7 @@ from ..registry import build_head, published_format
 from ..settings import SavedDecoding
 from .configuration_pard import PardConfig
 from .folder_checks import check_base_matches, folder_config, read_draft_vocab, refuse_pickled_weights
-from .layer_cut import cut_lm_layers
+from .layer_cut import cut_lm_layers, layers_to_keep
 from .layout import block_layout, layout_features
 
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -89,12 +89,14 @@ class PardDrafter(SavedDecoding, PreTrainedModel):
         self.feature_proj = proj.to(device=weight.device, dtype=weight.dtype)
         self._init_weights(self.feature_proj)
 
-    def keep_layers(self, num_layers: int) -> None:
-        """Keep only the LM's first `num_layers` decoder layers (then its final norm and head): a cheaper pass, to be
-        adapted by training (docs/pard.md 5.6). The config records the cut, so a saved adapter folder loads its base
-        LM cut the same way."""
-        cut_lm_layers(self.lm, num_layers)
-        self.config.kept_layers = num_layers
+    def keep_layers(self, kept: int | list[int]) -> None:
+        """Run only some of the LM's decoder layers from now on (then its final norm and head): `kept` increasing
+        layer ids, or a count of first layers. A cheaper pass, to be adapted by training (docs/pard.md 5.6). The
+        config records the base LM's ids, so a saved adapter folder loads its base LM cut the same way."""
+        running = self.config.kept_layers or list(range(self.config.base_config["num_hidden_layers"]))
+        ids = layers_to_keep(kept, len(running))  # ids into the layers this drafter runs now
+        cut_lm_layers(self.lm, ids)
+        self.config.kept_layers = [running[i] for i in ids]
         self.config.validate_drafter()
 
     def set_draft_vocab(self, token_ids: torch.LongTensor) -> None:
@@ -231,7 +233,7 @@ class PardDrafter(SavedDecoding, PreTrainedModel):
         except OSError as err:
             raise OSError(missing_base_hint(config.base_model)) from err
         check_base_matches(lm, config, where, relative_to)
-        if config.kept_layers is not None:  # a drafter over the LM's first layers (`keep_layers`)
+        if config.kept_layers is not None:  # a drafter over some of the LM's layers (`keep_layers`)
             cut_lm_layers(lm, config.kept_layers)
         drafter = cls(config, lm=lm)
         drafter = drafter.to(device=lm.device, dtype=lm.dtype)
