@@ -116,3 +116,14 @@ def test_a_lora_run_with_kept_layers_trains_the_cut_lm_and_ships_it_cut(tmp_path
     merged = hf_specdec.load_drafter(tmp_path / "run" / "drafter")
     for name, tensor in merged.state_dict().items():
         assert torch.allclose(drafter.state_dict()[name].float(), tensor.float(), atol=1e-2), name
+
+
+def test_a_cut_drafter_exports_as_pard1_and_loads_back_the_same(tmp_path, target, prompt):
+    """The published PARD-1 layout holds the LM as the drafter runs it (the kept layers only)."""
+    drafter = pard(target, lm=tiny_lm(layers=4))
+    drafter.keep_layers([0, 3])
+    folder = hf_specdec.export_drafter(drafter, tmp_path / "pard1", "pard")
+    again = hf_specdec.load_drafter(folder)
+    assert len(again.lm.model.layers) == 2 and again.config.mask_token_id == MASK_ID
+    with torch.no_grad():
+        assert torch.equal(again.lm(prompt).logits, drafter.lm(prompt).logits)
