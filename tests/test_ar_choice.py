@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hf_specdec.models.pard.ar_choice import PROBE_EVERY, RECENT, TRIED, ArChoice, choice_of
+from hf_specdec.models.pard.ar_choice import PROBE_EVERY, RECENT, TRIED, ArChoice, choice_of, choices
 
 
 def run(choice: ArChoice, rates: dict[int, float], steps: int) -> list[int]:
@@ -43,3 +43,11 @@ def test_steps_without_time_are_not_judged_and_the_memory_lives_on_the_drafter()
     drafter = Drafter()
     first = choice_of(drafter, 3)
     assert choice_of(drafter, 3) is first and choice_of(drafter, 2) is not first
+
+
+def test_long_chains_are_tried_at_a_few_counts_not_every_one():
+    assert choices(1) == [1] and choices(4) == [1, 2, 3, 4]
+    assert choices(12) == [1, 2, 3, 4, 6, 9, 12] and choices(20) == [1, 2, 3, 4, 6, 9, 13, 20]
+    choice = ArChoice(largest=12)
+    picked = run(choice, {m: 1.0 + m / 10 for m in choices(12)}, 3 * TRIED * 7)
+    assert set(picked) == set(choices(12)) and picked[-1] == 12

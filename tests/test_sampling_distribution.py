@@ -12,7 +12,9 @@ transform (uniform on [0, 1] exactly when each draft is a draw from its q; DKW b
 The PARD cases with `sampled_ar_drafts` draw each draft from its own drafter pass given the drafts before it; one
 of them (block 4) measures new tokens 3 and 4, which the mask tail after two such drafts decides, under top-p and
 repetition penalty. Its negative control hands acceptance the first pass's (parallel) q. Another (`sampled_ar_stop`)
-ends a block after a draft its q doubted, so a block's length follows its own draws.
+ends a block after a draft its q doubted, so a block's length follows its own draws. One more runs the dependent
+chain past its block (block 3: three drafts of their own passes and a mask draft) and measures new tokens 4 and 5,
+which those deeper drafts decide.
 """
 
 from __future__ import annotations
@@ -88,6 +90,8 @@ CASES = {
     ),
     # a dependent block that ends after a draft its q gave less than 0.3 (its length depends on its own draws)
     "pard ar stop": (DecodingSettings(budget="fixed", sampled_ar_drafts=3, sampled_ar_stop=0.3), 1.0, None),
+    # a dependent chain past the block: block 3 (2 drafts), 3 AR drafts and one mask draft after them (4 deep)
+    "pard ar past the block": (DecodingSettings(budget="fixed", sampled_ar_drafts=3), 1.0, None),
 }
 # cases whose block is 4 and whose measured tokens are new tokens 3 and 4 (so the mask tail after two AR drafts is
 # what decides them), with top-p and repetition penalty
@@ -96,8 +100,12 @@ LONGER = {
     "pard ar adaptive": {},
     "pard ar stop": {},
 }
+# cases that measure later tokens: (block, last); new tokens 4 and 5 of "past the block" are drafts 3 and 4 of its
+# first step, both deeper than its block's 2
+SHAPES = {"pard ar past the block": (3, 5)}
 AFTER = {"pard ar adaptive": 8}  # new tokens after the measured ones: later steps, whose rates the choice learns
 DRAFTERS: dict = {}  # the drafter of each cached run
+ACCEPTED: dict = {}  # drafts accepted per step of each case's last run
 # step-cost curves (seconds per fed token count) pinned for the adaptive cases: verifying free (drafts every step),
 # or dear (a drafted step does not pay: the budget verifies nothing, then takes plain steps)
 CURVES = {
@@ -176,7 +184,7 @@ def exact_joint(target, procs, last: int = 3) -> torch.Tensor:
 def run_case(name, drafter_cls=BlockDrafter, device="cpu", draws=DRAWS):
     settings, temperature, top_k = CASES[name]
     extra = LONGER.get(name)
-    block, last = (4, 4) if name in LONGER else (3, 3)
+    block, last = SHAPES.get(name, (4, 4) if name in LONGER else (3, 3))
     target = tiny_target("llama", vocab=V, layers=2, device=device)
     torch.manual_seed(3)
     if not name.startswith("pard"):
@@ -199,9 +207,13 @@ def run_case(name, drafter_cls=BlockDrafter, device="cpu", draws=DRAWS):
     trees = []
     walk = step.speculative_sampling
 
+    accepted = ACCEPTED[name] = []  # drafts accepted per step
+
     def spy(tree, p_rows, rng=None):  # records what acceptance is handed, then runs the real rule
         trees.append(tree)
-        return walk(tree, p_rows, rng)
+        path, bonus = walk(tree, p_rows, rng)
+        accepted.append(len(path))
+        return path, bonus
 
     counts = torch.zeros(V, V)
     torch.manual_seed(0)
@@ -294,6 +306,16 @@ def test_a_dependent_block_ends_at_a_doubted_draft():
     assert ends <= set(lengths) and min(lengths[e] for e in ends) > 50, lengths
 
 
+def test_a_dependent_chain_runs_past_the_block():
+    """The past-the-block case above held while its first steps drafted 4 deep with a block of 3 (3 drafts of their
+    own passes, then a mask draft), and drafts deeper than the block were accepted."""
+    _, _, trees = cached_run("pard ar past the block")
+    depths = [sum(1 for row in tree.q_of if row >= 0) for tree in trees if tree.q is not None]
+    deep = sum(1 for d in depths if d == 4)
+    accepted = sum(1 for n in ACCEPTED["pard ar past the block"] if n > 2)
+    assert deep >= DRAWS and accepted >= 20, (deep, accepted)  # about 60 expected
+
+
 def test_ar_draws_resolve_a_three_point_error():
     """With DRAWS_OF draws, every cell's bound (false-failure 1e-6 over the 64 cells) is under 2 points, so an error
     of 3 points in any cell puts the cell past its bound unless the sample strays 1 point the other way (a
@@ -336,6 +358,7 @@ def _pit(trees, transform=None):
         "pard ar + mask tail, top-p, repetition penalty",
         "pard ar adaptive",
         "pard ar stop",
+        "pard ar past the block",
     ],
 )
 def test_q_handed_to_acceptance_is_the_distribution_drafts_were_drawn_from(name):

@@ -105,23 +105,24 @@ def speculative_step(batch: SpeculativeBatch) -> None:
 def draft_trees(batch: SpeculativeBatch) -> list[DraftTree]:
     """Step 1 for every row; a base that drafts rows together (its capability `draft_rows`) first runs its drafter
     once over every row that drafts, and each row's tree is then built from that pass's outputs."""
-    drafting = [row for row in batch.rows if not row.done and block_room(row) > 0]
+    drafting = [row for row in batch.rows if not row.done and block_room(row, batch.exact_q) > 0]
     if batch.draft_rows and len(drafting) > 1:
         batch.generator_class.draft_rows([row.generator for row in drafting], [row.ids for row in drafting])
     return [draft_tree(batch, row) for row in batch.rows]
 
 
-def block_room(row: Row) -> int:
-    """Drafts the drafter may propose for `row` this step: its block, capped by what can still be committed."""
+def block_room(row: Row, sampled: bool = False) -> int:
+    """Drafts the drafter may propose for `row` this step in depth: its block (a dependent sampled chain may run
+    past it), capped by what can still be committed."""
     room = row.max_length - row.ids.shape[1] - 1  # drafts that can still be committed before the bonus token
-    return min(row.generator.block_size - 1, room)
+    return min(row.generator.most_drafts(sampled), room)
 
 
 def draft_tree(batch: SpeculativeBatch, row: Row) -> DraftTree:
     """Step 1 for one row: its drafter kind's tree under the anchor, plus a prompt-lookup branch."""
     settings = batch.settings
     room = row.max_length - row.ids.shape[1] - 1  # drafts that can still be committed before the bonus token
-    k = block_room(row)
+    k = block_room(row, batch.exact_q)
     if row.done or k <= 0:
         tree = DraftTree()
     elif batch.exact_q:

@@ -67,7 +67,9 @@ class DecodingSettings:
         sampled_ar_drafts: with "exact" sampling on a causal-LM drafter (PARD), the first N drafts are sampled one
             drafter pass each, every pass reading the drafts sampled before it, so a sampled block hangs together
             (q of draft d is the LM's conditional given drafts 1..d-1); the drafts after them come from the last
-            pass's mask slots. 1 = one parallel pass (every slot blind to the draws before it). With budget
+            pass's mask slots. N may exceed the block (`block_size - 1` drafts): the chain then runs past it, N
+            drafts of their own passes and up to `block_size - 2` mask drafts after them (transformers' assistant
+            drafts up to 20 tokens a step). 1 = one parallel pass (every slot blind to the draws before it). With budget
             "auto" it is the largest count, and each block's count in 1..N is chosen by what each realized
             (committed tokens per second, `models/pard/ar_choice.py`). Kinds that draft in one non-causal pass
             (the block drafter) and heads ignore it. Greedy decoding does not use it.

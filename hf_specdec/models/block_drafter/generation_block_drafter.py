@@ -223,6 +223,11 @@ class BlockDraftCandidateGenerator(CandidateGenerator):
         logq, index = logits.log_softmax(dim=-1).topk(min(topk, logits.shape[-1]), dim=-1)  # (k, width) each
         return best_first_tree(logq.tolist(), self.full_ids(index).tolist(), budget)
 
+    def most_drafts(self, sampled: bool) -> int:
+        """The most drafts one step's tree may hold in depth: the block's `block_size - 1` (a kind whose sampled
+        drafts can run past its block, PARD's dependent chains, says more)."""
+        return self.block_size - 1
+
     def sampled_tree(
         self, input_ids: torch.LongTensor, k: int, branches: int, logits_processor: LogitsProcessorList | None
     ) -> DraftTree:

@@ -1,7 +1,7 @@
 """How many sampled drafts get a drafter pass of their own, chosen per step by what each choice realized.
 
 With `DecodingSettings(budget="auto", sampled_ar_drafts=M)` a PARD drafter picks, before each sampled block, m in
-1..M: drafts 1..m drawn one pass each (a dependent block), the rest from pass m's mask slots. A larger m buys
+1..M (every count up to 4, then about 1.5x apart: `choices`): drafts 1..m drawn one pass each (a dependent block), the rest from pass m's mask slots. A larger m buys
 acceptance with drafter passes, and what pays depends on the machine (a pass against a verify forward) and on the
 text (how often the target keeps a sampled draft). So each m is judged by its realized rate, committed tokens per
 second of whole steps (drafter passes, the verify forward, acceptance), over its last `RECENT` steps:
@@ -38,7 +38,7 @@ class ArChoice:
     def choose(self) -> int:
         """The m for the next sampled block."""
         self.steps += 1
-        options = range(1, self.largest + 1)
+        options = choices(self.largest)
         untried = [m for m in options if len(self.recent.get(m, ())) < TRIED]
         if untried:
             m = untried[0]
@@ -62,6 +62,18 @@ class ArChoice:
         return sum(c for c, _ in seen) / seconds if seconds else 0.0
 
 
+def choices(largest: int) -> list[int]:
+    """The m tried for `largest`: every count up to 4, then about 1.5x apart (1, 2, 3, 4, 6, 8, 12, 16, ...), and
+    `largest` itself, so a long dependent chain costs a few tries, not one per count."""
+    options, m = list(range(1, min(largest, 4) + 1)), 4
+    while m < largest:
+        m += max(2, m // 2)
+        if largest - m < max(2, m // 2) // 2:  # past or close to `largest`: it is the last
+            m = largest
+        options.append(m)
+    return options
+
+
 def choice_of(drafter, largest: int) -> ArChoice:
     """The drafter's choice memory for `largest` (a new one when the setting changed)."""
     choice = getattr(drafter, "_ar_choice", None)
@@ -71,4 +83,4 @@ def choice_of(drafter, largest: int) -> ArChoice:
     return choice
 
 
-__all__ = ["ArChoice", "choice_of"]
+__all__ = ["ArChoice", "choice_of", "choices"]

@@ -148,18 +148,27 @@ class PardCandidateGenerator(BlockDraftCandidateGenerator):
         hidden, scores = self.draft_scores(input_ids, k)  # (k, H), (k, Vd)
         return torch.cat([hidden[:1], hidden]), scores
 
+    def most_drafts(self, sampled: bool) -> int:
+        """A dependent sampled chain runs past the block: `sampled_ar_drafts` drafts of their own passes, then the
+        last pass's `block_size - 2` mask slots (greedy trees, heads and parallel blocks keep the block)."""
+        if sampled and self.head is None and self.ar_drafts > 1:
+            return max(self.block_size - 1, self.ar_drafts + self.block_size - 2)
+        return self.block_size - 1
+
     def sampled_tree(
         self, input_ids: torch.LongTensor, k: int, branches: int, logits_processor: LogitsProcessorList | None
     ) -> DraftTree:
         """Drafts sampled from q_d with `branches` i.i.d. draws per depth (the first continues the chain); drafts
-        1..m (m = `sampled_ar_drafts`) each from their own drafter pass given the drafts before them, the rest from
-        pass m's mask slots. A draft before m drawn with q below `sampled_ar_stop` ends the block (one host read
-        per pass: whether to pay for the next). The tree carries the exact q every node was drawn from."""
+        1..m (m = `sampled_ar_drafts`) each from their own drafter pass given the drafts before them, the rest (at
+        most `block_size - 2`, past the block when m is large) from pass m's mask slots. A draft before m drawn with
+        q below `sampled_ar_stop` ends the block (one host read per pass: whether to pay for the next). The tree
+        carries the exact q every node was drawn from."""
         if self.head is not None:
             return super().sampled_tree(input_ids, k, branches, logits_processor)
         m = min(self._ar_count(), k)
         if m <= 1:
-            return super().sampled_tree(input_ids, k, branches, logits_processor)
+            return super().sampled_tree(input_ids, min(k, self.block_size - 1), branches, logits_processor)
+        k = min(k, m + self.block_size - 2)  # pass m feeds draft m - 1 and masks for drafts m + 1 .. k
         T = input_ids.shape[1]
         hidden, first = self.draft_hidden(input_ids)[0], 0  # (K, H): row i predicts draft first + i + 1
         ids, rows, picks = input_ids, [], []
