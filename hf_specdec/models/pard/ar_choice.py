@@ -1,10 +1,11 @@
 """How many sampled drafts get a drafter pass of their own, chosen per step by what each choice realized.
 
 With `DecodingSettings(budget="auto", sampled_ar_drafts=M)` a PARD drafter picks, before each sampled block, m in
-1..M (every count up to 4, then about 1.5x apart: `choices`): drafts 1..m drawn one pass each (a dependent block), the rest from pass m's mask slots. A larger m buys
-acceptance with drafter passes, and what pays depends on the machine (a pass against a verify forward) and on the
-text (how often the target keeps a sampled draft). So each m is judged by its realized rate, committed tokens per
-second of whole steps (drafter passes, the verify forward, acceptance), over its last `RECENT` steps:
+1..M (every count up to 4, then about 1.5x apart: `choices`): drafts 1..m drawn one pass each (a dependent block),
+the rest from pass m's mask slots. A larger m buys acceptance with drafter passes, and what pays depends on the
+machine (a pass against a verify forward) and on the text (how often the target keeps a sampled draft). So each m
+is judged by its realized rate, committed tokens per second of whole steps (drafter passes, the verify forward,
+acceptance), over its last `RECENT` steps:
 
 1) every m is tried until it has `TRIED` judged steps (smallest first);
 2) then the best rate wins; every `PROBE_EVERY` steps the m tried longest ago runs once instead, so a change of
