@@ -111,7 +111,7 @@ def draft_trees(batch: SpeculativeBatch) -> list[DraftTree]:
     return [draft_tree(batch, row) for row in batch.rows]
 
 
-def block_room(row: Row, sampled: bool = False) -> int:
+def block_room(row: Row, sampled: bool) -> int:
     """Drafts the drafter may propose for `row` this step in depth: its block (a dependent sampled chain may run
     past it), capped by what can still be committed."""
     room = row.max_length - row.ids.shape[1] - 1  # drafts that can still be committed before the bonus token

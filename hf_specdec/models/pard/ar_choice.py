@@ -36,10 +36,15 @@ class ArChoice:
     last_run: dict[int, int] = field(default_factory=dict)  # m -> the step it last ran at
     runs: dict[int, int] = field(default_factory=dict)  # m -> steps it was chosen for (what a report shows)
 
+    options: list[int] = field(init=False)  # the counts tried (`choices`), worked out once
+
+    def __post_init__(self) -> None:
+        self.options = choices(self.largest)
+
     def choose(self) -> int:
         """The m for the next sampled block."""
         self.steps += 1
-        options = choices(self.largest)
+        options = self.options
         untried = [m for m in options if len(self.recent.get(m, ())) < TRIED]
         if untried:
             m = untried[0]
@@ -64,7 +69,7 @@ class ArChoice:
 
 
 def choices(largest: int) -> list[int]:
-    """The m tried for `largest`: every count up to 4, then about 1.5x apart (1, 2, 3, 4, 6, 8, 12, 16, ...), and
+    """The m tried for `largest`: every count up to 4, then about 1.5x apart (1, 2, 3, 4, 6, 9, 13, ...), ending at
     `largest` itself, so a long dependent chain costs a few tries, not one per count."""
     options, m = list(range(1, min(largest, 4) + 1)), 4
     while m < largest:

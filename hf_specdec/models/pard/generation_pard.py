@@ -152,7 +152,7 @@ class PardCandidateGenerator(BlockDraftCandidateGenerator):
         """A dependent sampled chain runs past the block: `sampled_ar_drafts` drafts of their own passes, then the
         last pass's `block_size - 2` mask slots (greedy trees, heads and parallel blocks keep the block)."""
         if sampled and self.head is None and self.ar_drafts > 1:
-            return max(self.block_size - 1, self.ar_drafts + self.block_size - 2)
+            return self.ar_drafts + self.block_size - 2  # at least the block's block_size - 1 (ar_drafts >= 2)
         return self.block_size - 1
 
     def sampled_tree(
