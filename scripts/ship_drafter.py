@@ -58,6 +58,12 @@ def main() -> None:
     parser.add_argument(
         "--draft_vocab_size", type=int, default=None, help="score only the first N token ids (and EOS): a cheaper head"
     )
+    parser.add_argument(
+        "--without_features",
+        action="store_true",
+        help="ship a PARD-2 run's drafter without its target-feature projection (it drafts from tokens alone, as "
+        "its feature dropout trained it to)",
+    )
     args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, which holds upkeep/
     from upkeep.ship import ship_drafter  # torch and transformers: after the arguments
@@ -75,6 +81,7 @@ def main() -> None:
             license=args.license,
             dry_run=args.dry_run,
             draft_vocab_size=args.draft_vocab_size,
+            without_features=args.without_features,
         )
     except ValueError as err:  # a bad --name, over the size limit, or nothing (safe) to publish with
         raise SystemExit(str(err)) from None

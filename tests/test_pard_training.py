@@ -232,3 +232,33 @@ def test_features_added_to_a_saved_adapter_train_and_ship_beside_it(tmp_path):
     assert json.loads((out / "config.json").read_text())["pard2_target_layers"] == [-1, -3]
     with pytest.raises(ValueError, match="--feature_layers"):
         _config(tmp_path, feature_layers=[-1])
+
+
+def test_a_pard2_run_ships_without_its_features_and_drafts_as_that_adapter_without_them(tmp_path):
+    """--without_features: the run's adapter ships with no projection and a config that reads no features; it
+    drafts exactly what the featured adapter drafts when given no features, and generate stays exact. A run
+    without features is refused before anything is written."""
+    from upkeep.ship import ship_drafter
+
+    saved_run_inputs(tmp_path, sequences=4)
+    tiny_lm().save_pretrained(tmp_path / "lm")
+    run(_config(tmp_path, lora_rank=4, lora_alpha=8, num_steps=2, save_every=2))
+    more = dict(output_dir=str(tmp_path / "p2"), drafter=str(tmp_path / "run" / "adapter"), num_steps=2)
+    run(_config(tmp_path, lora_rank=4, feature_injection=True, feature_layers=[-1], save_every=2, **more))
+    with pytest.raises(ValueError, match="reads no target features"):
+        ship_drafter(tmp_path / "run", "plain", "python ...", drafters_dir=tmp_path / "d", without_features=True)
+    assert not (tmp_path / "d" / "plain").exists()
+    out = ship_drafter(tmp_path / "p2", "p2", "python ...", drafters_dir=tmp_path / "d", without_features=True)
+    assert not (out / "feature_proj.safetensors").exists()
+    assert json.loads((out / "config.json").read_text())["feature_injection"] is False
+    assert "not shipped: the projection of target layers [-1]" in (out / "TRAINING.md").read_text()
+    shipped = hf_specdec.load_drafter(out).eval()
+    featured = hf_specdec.load_drafter(tmp_path / "p2" / "adapter", dtype=shipped.dtype).eval()
+    assert shipped.feature_proj is None and featured.feature_proj is not None
+    ids = torch.randint(3, VOCAB - 1, (1, 12), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        torch.testing.assert_close(shipped(ids).last_hidden_state, featured(ids).last_hidden_state)
+    target = tiny_target("llama")
+    prompt = torch.randint(3, VOCAB - 1, (1, 9), generator=torch.Generator().manual_seed(1))
+    plain = target.generate(prompt, max_new_tokens=16, do_sample=False)
+    assert torch.equal(target.generate(prompt, max_new_tokens=16, do_sample=False, assistant_model=shipped), plain)

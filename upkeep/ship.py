@@ -90,8 +90,11 @@ def describe(drafter, size: int) -> str:
     )
 
 
-def training_record(name: str, command: str, source: Path, log: dict, drafter: BlockDrafter, size: int) -> str:
-    """TRAINING.md's text (without the plot): the command that reproduces the drafter and the run's figures."""
+def training_record(
+    name: str, command: str, source: Path, log: dict, drafter: BlockDrafter, size: int, dropped: str = ""
+) -> str:
+    """TRAINING.md's text (without the plot): the command that reproduces the drafter and the run's figures;
+    `dropped`: the sentence on what the run trained that is not shipped (its target-feature projection)."""
     head = [v for _, v in log["losses"][:20]]
     tail = [v for _, v in log["losses"][-20:]]
     return (
@@ -105,6 +108,7 @@ def training_record(name: str, command: str, source: Path, log: dict, drafter: B
         f"- loss: first 20 steps {sum(head) / len(head):.3f}, "
         f"last 20 steps {sum(tail) / len(tail):.3f}\n"
         + "".join(f"- adjusted: {sentence}\n" for sentence in log.get("adjustments", []))
+        + (f"- not shipped: {dropped}\n" if dropped else "")
     )
 
 
@@ -137,6 +141,37 @@ def save_drafter(drafter: BlockDrafter, out: Path, decoding: dict | None, previo
     return size
 
 
+def drop_features(drafter, source: Path, state: dict) -> str:
+    """Remove the target-feature projection of a PARD-2 run's `drafter` (loaded from `source`) and return the
+    sentence TRAINING.md gives on it; ValueError if it has none, or if its LoRA adapter file holds the projection
+    (a run that trained features from the start: the copied adapter would still carry it)."""
+    if getattr(drafter, "feature_proj", None) is None:
+        raise ValueError(
+            f"--without_features: the drafter in {source} reads no target features; ship it without the flag"
+        )
+    if adapter_holds(source, "feature_proj"):
+        raise ValueError(
+            f"--without_features: {source}/adapter_model.safetensors holds the target-feature projection itself; "
+            "only a run whose projection is saved beside its adapter (trained on from an adapter without features) "
+            "can ship without it"
+        )
+    layers, dropout = drafter.config.target_layer_ids, state.get("arguments", {}).get("feature_dropout")
+    drafter.remove_feature_injection()
+    trained = f" with feature dropout {dropout}" if dropout is not None else ""
+    return (
+        f"the projection of target layers {layers} the run trained{trained}; this drafter reads no target features "
+        "and drafts from tokens alone"
+    )
+
+
+def adapter_holds(folder: Path, module: str) -> bool:
+    """Whether the LoRA adapter file in `folder` holds tensors of `module`."""
+    from safetensors import safe_open
+
+    with safe_open(str(folder / ADAPTER_FILES[0]), "pt") as f:
+        return any(module in key for key in f.keys())
+
+
 def swap_in(staging: Path, out: Path) -> None:
     """Put the complete folder `staging` at `out`, replacing what was there (renames within one folder)."""
     old = out.with_name(f".{out.name}.old")
@@ -162,6 +197,7 @@ def ship_drafter(
     drafters_dir: str | Path = "drafters",
     dry_run: bool = False,
     draft_vocab_size: int | None = None,
+    without_features: bool = False,
 ) -> Path:
     """Copy the drafter of the training run `run` to `drafters_dir`/`name` in bf16 with TRAINING.md (recording
     `command` and the run's figures) and loss.png (if matplotlib is installed); return that folder.
@@ -176,12 +212,15 @@ def ship_drafter(
         dry_run: with `push_to_hub`, print the files that would be published instead of publishing them.
         draft_vocab_size: score only the first N token ids (and EOS) with the drafter's head: BPE vocabularies rank
             ids by merge frequency, so this keeps the common tokens and cuts the head's cost (lossless).
+        without_features: ship a PARD-2 run's drafter without its target-feature projection (it drafts from tokens
+            alone, as the run's feature dropout trained it to); TRAINING.md says what was left out.
 
     Raises:
         ValueError: `name` is not one plain folder name, the weights are over 64 MiB, or `push_to_hub` is set and
             is no repo id or the target's Hub id is unknown, or the run has no saved drafter (a run stopped
-            before its end whose checkpoint holds only trained weights, e.g. LoRA: `--export_only` saves one); all
-            checked before `drafters_dir`/`name` is touched.
+            before its end whose checkpoint holds only trained weights, e.g. LoRA: `--export_only` saves one), or
+            `without_features` is set and the run's drafter reads no target features or keeps their projection
+            inside its LoRA adapter file; all checked before `drafters_dir`/`name` is touched.
     """
     drafters_dir, run = Path(drafters_dir), Path(run)
     out = check_name(name, drafters_dir)
@@ -204,6 +243,7 @@ def ship_drafter(
     adjustments = json.loads(run_log.read_text()).get("adjustments", []) if run_log.is_file() else []
     drafter = load_drafter(source, dtype=torch.bfloat16)
     drafter.name_or_path = str(source)
+    dropped = drop_features(drafter, source, state) if without_features else ""
     if draft_vocab_size is not None:  # the head scores the first N ids (BPE ids rank by frequency) and EOS
         lm_config = drafter.lm.config if capabilities_of(drafter).own_embeddings else drafter.config
         eos = getattr(lm_config, "eos_token_id", None)
@@ -221,7 +261,7 @@ def ship_drafter(
         size = save_drafter(drafter, staging, decoding, previous=out)
         log = training_log(state, data, data_tokens(run / "data"), adjustments)
         plotted = write_plot(log["losses"], staging / "loss.png")
-        record = training_record(name, command, source, log, drafter, size)
+        record = training_record(name, command, source, log, drafter, size, dropped)
         (staging / "TRAINING.md").write_text(record + ("\n![loss](loss.png)\n" if plotted else ""))
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

@@ -89,6 +89,15 @@ class PardDrafter(SavedDecoding, PreTrainedModel):
         self.feature_proj = proj.to(device=weight.device, dtype=weight.dtype)
         self._init_weights(self.feature_proj)
 
+    def remove_feature_injection(self) -> None:
+        """Read no target features from now on: drop the projection, so the drafter drafts from tokens alone, as
+        feature dropout (`feature_dropout` in training) taught it to. ValueError if it reads none."""
+        if self.feature_proj is None:
+            raise ValueError("this PARD drafter reads no target features: there is no projection to remove")
+        self.feature_proj = None
+        self.config.feature_injection = False
+        self.config.validate_drafter()
+
     def keep_layers(self, kept: int | list[int]) -> None:
         """Run only some of the LM's decoder layers from now on (then its final norm and head): `kept` increasing
         layer ids, or a count of first layers. A cheaper pass, to be adapted by training (docs/pard.md 5.6). The
