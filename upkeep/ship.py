@@ -30,6 +30,7 @@ from hf_specdec.hub.card import is_hub_id, read_benchmark
 from hf_specdec.hub.portable import Portable
 from hf_specdec.hub.publish import publish_drafter, resolve_target
 from hf_specdec.hub.record import smoothed, write_plot
+from hf_specdec.models.pard.modeling_pard import adapter_holds
 from hf_specdec.models.registry import capabilities_of
 
 LIMIT = 64 * 2**20  # bytes of model.safetensors (or the adapter) a shipped drafter may take
@@ -162,14 +163,6 @@ def drop_features(drafter, source: Path, state: dict) -> str:
         f"the projection of target layers {layers} the run trained{trained}; this drafter reads no target features "
         "and drafts from tokens alone"
     )
-
-
-def adapter_holds(folder: Path, module: str) -> bool:
-    """Whether the LoRA adapter file in `folder` holds tensors of `module`."""
-    from safetensors import safe_open
-
-    with safe_open(str(folder / ADAPTER_FILES[0]), "pt") as f:
-        return any(module in key for key in f.keys())
 
 
 def swap_in(staging: Path, out: Path) -> None:

@@ -312,14 +312,14 @@ class PardDrafter(SavedDecoding, PreTrainedModel):
         self.config.save_pretrained(folder)
         if self.draft_vocab is not None:
             save_file({"draft_vocab": self.draft_vocab.cpu().contiguous()}, str(Path(folder) / DRAFT_VOCAB))
-        if self.feature_proj is not None and not _adapter_holds(folder, "feature_proj"):
+        if self.feature_proj is not None and not adapter_holds(folder, "feature_proj"):
             proj = self.feature_proj
             proj = getattr(proj, "modules_to_save", {}).get("default", proj)  # peft's trained copy, if wrapped
             weights = {k: v.detach().cpu().contiguous() for k, v in proj.state_dict().items()}
             save_file(weights, str(Path(folder) / FEATURES))
 
 
-def _adapter_holds(folder: str | Path, module: str) -> bool:
+def adapter_holds(folder: str | Path, module: str) -> bool:
     """Whether the peft adapter saved in `folder` holds tensors of `module`."""
     from safetensors import safe_open
 
@@ -341,4 +341,4 @@ class _LayoutTensors:
         return False, {"target_proj.weight", "target_proj.bias"}
 
 
-__all__ = ["ADAPTER_WEIGHTS", "DRAFT_VOCAB", "FEATURES", "HEAD_WEIGHTS", "PardDrafter"]
+__all__ = ["ADAPTER_WEIGHTS", "DRAFT_VOCAB", "FEATURES", "HEAD_WEIGHTS", "PardDrafter", "adapter_holds"]
