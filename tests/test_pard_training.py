@@ -262,3 +262,25 @@ def test_a_pard2_run_ships_without_its_features_and_drafts_as_that_adapter_witho
     prompt = torch.randint(3, VOCAB - 1, (1, 9), generator=torch.Generator().manual_seed(1))
     plain = target.generate(prompt, max_new_tokens=16, do_sample=False)
     assert torch.equal(target.generate(prompt, max_new_tokens=16, do_sample=False, assistant_model=shipped), plain)
+
+
+def test_without_features_refuses_an_adapter_file_that_holds_the_projection(tmp_path):
+    """A run whose LoRA adapter file itself holds the projection (features trained from the start) cannot ship
+    without it: the copied adapter would still carry it. Refused with the reason, before anything is written."""
+    from safetensors.torch import load_file, save_file
+
+    from upkeep.ship import ship_drafter
+
+    saved_run_inputs(tmp_path, sequences=4)
+    tiny_lm().save_pretrained(tmp_path / "lm")
+    run(_config(tmp_path, lora_rank=4, lora_alpha=8, num_steps=2, save_every=2))
+    more = dict(output_dir=str(tmp_path / "p2"), drafter=str(tmp_path / "run" / "adapter"), num_steps=2)
+    run(_config(tmp_path, lora_rank=4, feature_injection=True, feature_layers=[-1], save_every=2, **more))
+    adapter = tmp_path / "p2" / "adapter"
+    weights = load_file(adapter / "adapter_model.safetensors")
+    proj = load_file(adapter / "feature_proj.safetensors")
+    weights.update({f"base_model.model.feature_proj.{k}": v for k, v in proj.items()})
+    save_file(weights, str(adapter / "adapter_model.safetensors"))
+    with pytest.raises(ValueError, match="holds the target-feature projection itself"):
+        ship_drafter(tmp_path / "p2", "p2", "python ...", drafters_dir=tmp_path / "d", without_features=True)
+    assert not (tmp_path / "d" / "p2").exists()
