@@ -5,12 +5,12 @@ from __future__ import annotations
 from hf_specdec.models.pard.ar_choice import PROBE_EVERY, RECENT, TRIED, ArChoice, choice_of, choices
 
 
-def run(choice: ArChoice, rates: dict[int, float], steps: int) -> list[int]:
-    """`steps` choices, each step realizing rates[m] tokens per second (one-second steps)."""
+def run(choice: ArChoice, rates: dict, steps: int) -> list:
+    """`steps` choices, each step realizing rates[m] tokens per second (one-second steps; "plain": 2 unless given)."""
     picked = []
     for _ in range(steps):
         m = choice.choose()
-        choice.learn(m, rates[m], 1.0)
+        choice.learn(m, rates.get(m, 2.0) if m == "plain" else rates[m], 1.0)
         picked.append(m)
     return picked
 
@@ -18,9 +18,9 @@ def run(choice: ArChoice, rates: dict[int, float], steps: int) -> list[int]:
 def test_every_count_is_tried_then_the_best_rate_wins_with_probes_of_the_others():
     choice = ArChoice(largest=3)
     picked = run(choice, {1: 3.0, 2: 4.5, 3: 4.0}, 64)
-    assert picked[: 3 * TRIED] == [1] * TRIED + [2] * TRIED + [3] * TRIED
-    after = picked[3 * TRIED :]
-    probes = [i for i, m in enumerate(after, start=3 * TRIED + 1) if m != 2]
+    assert picked[: 4 * TRIED] == [1] * TRIED + [2] * TRIED + [3] * TRIED + ["plain"] * TRIED
+    after = picked[4 * TRIED :]
+    probes = [i for i, m in enumerate(after, start=4 * TRIED + 1) if m != 2]
     assert probes and all(step % PROBE_EVERY == 0 for step in probes)  # the best except on probe steps
     assert after.count(2) == len(after) - len(probes)
 
@@ -29,7 +29,7 @@ def test_a_change_of_text_moves_the_choice_within_the_recent_window():
     choice = ArChoice(largest=2)
     run(choice, {1: 3.0, 2: 5.0}, 40)
     picked = run(choice, {1: 3.0, 2: 2.0}, RECENT * PROBE_EVERY)  # m = 2 stops paying
-    assert picked[-PROBE_EVERY:].count(1) == PROBE_EVERY - 1  # all but the one probe of m = 2
+    assert picked[-PROBE_EVERY:].count(1) == PROBE_EVERY - 1  # all but the one probe of m = 2 or plain
 
 
 def test_steps_without_time_are_not_judged_and_the_memory_lives_on_the_drafter():
@@ -49,5 +49,17 @@ def test_long_chains_are_tried_at_a_few_counts_not_every_one():
     assert choices(1) == [1] and choices(4) == [1, 2, 3, 4]
     assert choices(12) == [1, 2, 3, 4, 6, 9, 12] and choices(20) == [1, 2, 3, 4, 6, 9, 13, 20]
     choice = ArChoice(largest=12)
-    picked = run(choice, {m: 1.0 + m / 10 for m in choices(12)}, 3 * TRIED * 7)
-    assert set(picked) == set(choices(12)) and picked[-1] == 12
+    picked = run(choice, {m: 1.0 + m / 10 for m in choices(12)}, 3 * TRIED * 8)
+    assert set(picked) == {*choices(12), "plain"} and picked[-1] == 12
+
+
+def test_a_base_chain_is_tried_first_and_plain_steps_win_where_no_draft_pays():
+    choice = ArChoice(largest=2, base=True)
+    assert choice.options == ["base", 1, 2, "plain"]
+    picked = run(choice, {"base": 6.0, 1: 3.0, 2: 4.0}, 40)
+    assert picked[: 4 * TRIED] == ["base"] * TRIED + [1] * TRIED + [2] * TRIED + ["plain"] * TRIED
+    assert picked[-PROBE_EVERY // 2 :] == ["base"] * (PROBE_EVERY // 2)
+    losing = ArChoice(largest=2, base=True)
+    picked = run(losing, {"base": 1.0, 1: 1.5, 2: 1.2, "plain": 4.0}, 64)  # no draft pays: plain steps
+    after = picked[4 * TRIED :]
+    assert after.count("plain") >= len(after) - len(after) // PROBE_EVERY - 1

@@ -285,3 +285,60 @@ def test_a_pard_drafter_without_features_serves_targets_of_any_shape(target, pro
     features.add_feature_injection(target.config, [-1, -2])
     with pytest.raises(ValueError, match="layer count 4 != target's 6"):
         other.generate(prompt, assistant_model=features, max_new_tokens=4, do_sample=False)
+
+
+def test_an_adapter_folder_that_samples_base_chains_keeps_its_base_weights_apart(tmp_path, target, prompt):
+    """A folder whose decoding sets `sampled_base_drafts` loads the merged drafter and, beside it, the base LM's own
+    weights (`base_lm`: decoder layers copied before the merge, embeddings shared, never saved); greedy output is
+    plain greedy's, and a sampled block is drawn from the base LM's conditionals."""
+    lm = tiny_lm()
+    lm.save_pretrained(tmp_path / "base")
+    drafter = pard(target, lm=tiny_lm(), base_model=str(tmp_path / "base"))
+    peft_model = get_peft_model(drafter, LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+    peft_model.save_pretrained(tmp_path / "adapter")
+    merged = peft_model.merge_and_unload()
+    merged.decoding = DecodingSettings(budget="fixed", sampled_base_drafts=5, sampled_base_stop=0.0)
+    merged.save_adapter_folder(tmp_path / "adapter")
+    loaded = hf_specdec.load_drafter(tmp_path / "adapter")
+    base = loaded.base_lm
+    assert base is not None and base is not loaded.lm
+    for name, weight in lm.state_dict().items():  # the base's weights, not the merged ones
+        assert torch.equal(base.state_dict()[name], weight), name
+    merged_q = loaded.lm.model.layers[0].self_attn.q_proj.weight
+    assert not torch.equal(merged_q, lm.model.layers[0].self_attn.q_proj.weight)  # the drafter holds the merged
+    assert base.get_input_embeddings().weight is loaded.get_input_embeddings().weight  # shared, not copied
+    assert set(loaded.state_dict()) == set(merged.state_dict())  # not a submodule: never saved
+    plain = target.generate(prompt, max_new_tokens=12, do_sample=False)
+    assert torch.equal(target.generate(prompt, max_new_tokens=12, do_sample=False, assistant_model=loaded), plain)
+    # a sampled block: its q rows are the base LM's conditionals given the prompt and the drafts before
+    generator = PardCandidateGenerator(loaded, target, GenerationConfig(do_sample=True))
+    torch.manual_seed(0)
+    tree = generator.sampled_tree(prompt, 5, 1, None)
+    assert len(tree) == 5
+    seq = torch.cat([prompt, torch.tensor([tree.tokens])], dim=-1)
+    with torch.no_grad():
+        want = torch.softmax(lm(seq).logits[0, prompt.shape[1] - 1 : -1].float(), dim=-1)  # (5, V)
+    assert torch.allclose(tree.q[:, : want.shape[1]], want, atol=1e-5)
+    # without the setting in the folder the base is not kept (no memory spent)
+    merged.decoding = DecodingSettings()
+    merged.save_adapter_folder(tmp_path / "adapter")
+    assert hf_specdec.load_drafter(tmp_path / "adapter").base_lm is None
+
+
+def test_sampled_calls_of_a_drafter_that_chooses_its_blocks_leave_plain_steps_to_the_choice(target):
+    """With the adaptive budget, exact-q sampling and more than one way to draft a sampled block, the drafter's
+    per-block choice (plain steps included) decides plain steps and the budget only cuts; greedy calls and fixed
+    budgets are as before."""
+    from hf_specdec.decoding.batch import SpeculativeBatch
+    from hf_specdec.decoding.budget import Budget, FixedBudget
+
+    drafter = pard(target)
+    drafter.decoding = DecodingSettings(budget="auto", sampled_ar_drafts=3)
+    sampled = SpeculativeBatch(target, drafter, GenerationConfig(do_sample=True))
+    greedy = SpeculativeBatch(target, drafter, GenerationConfig(do_sample=False))
+    assert isinstance(sampled.budget, Budget) and not sampled.budget.plain_steps
+    assert isinstance(greedy.budget, Budget) and greedy.budget.plain_steps
+    drafter.decoding = DecodingSettings(budget="auto", sampled_ar_drafts=1)  # one way only: the budget decides
+    assert SpeculativeBatch(target, drafter, GenerationConfig(do_sample=True)).budget.plain_steps
+    drafter.decoding = DecodingSettings(budget="fixed", sampled_ar_drafts=3)
+    assert isinstance(SpeculativeBatch(target, drafter, GenerationConfig(do_sample=True)).budget, FixedBudget)

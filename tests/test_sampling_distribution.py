@@ -15,6 +15,12 @@ repetition penalty. Its negative control hands acceptance the first pass's (para
 ends a block after a draft its q doubted, so a block's length follows its own draws. One more runs the dependent
 chain past its block (block 3: three drafts of their own passes and a mask draft) and measures new tokens 4 and 5,
 which those deeper drafts decide.
+
+The base-LM chain cases (`sampled_base_drafts`) draw from a second causal LM, the drafter's `base_lm`, one pass
+each, and end after a draft its q gave less than the stop; one with the fixed budget (every sampled block such a
+chain, 16000 draws: a 3-point error in any cell is caught), one with the adaptive budget choosing it or 1..3
+adapter drafts per block. Their negative control hands acceptance the adapter LM's conditionals for the base LM's
+draws (the two models mixed up).
 """
 
 from __future__ import annotations
@@ -51,7 +57,7 @@ V = 8
 DRAWS = 1000
 # the default dependent-draft rule gets enough draws that a 3-point error in any cell of the joint exceeds its bound
 # (`test_ar_draws_resolve_a_three_point_error` checks the bound's radius)
-DRAWS_OF = {"pard ar chain": 16000}
+DRAWS_OF = {"pard ar chain": 16000, "pard base chain": 16000}
 DELTA = 1e-6
 PROMPT = torch.tensor([[1, 3, 4, 5, 3, 4, 6]])
 CPU = torch.device("cpu")
@@ -92,6 +98,9 @@ CASES = {
     "pard ar stop": (DecodingSettings(budget="fixed", sampled_ar_drafts=3, sampled_ar_stop=0.3), 1.0, None),
     # a dependent chain past the block: block 3 (2 drafts), 3 AR drafts and one mask draft after them (4 deep)
     "pard ar past the block": (DecodingSettings(budget="fixed", sampled_ar_drafts=3), 1.0, None),
+    # chains from the drafter's base LM (another causal LM): every block (fixed), or chosen per block (auto)
+    "pard base chain": (DecodingSettings(budget="fixed", sampled_base_drafts=3, sampled_base_stop=0.3), 1.0, None),
+    "pard base adaptive": (DecodingSettings(budget="auto", sampled_ar_drafts=3, sampled_base_drafts=3), 0.8, None),
 }
 # cases whose block is 4 and whose measured tokens are new tokens 3 and 4 (so the mask tail after two AR drafts is
 # what decides them), with top-p and repetition penalty
@@ -99,11 +108,14 @@ LONGER = {
     "pard ar + mask tail, top-p, repetition penalty": {"top_p": 0.95, "repetition_penalty": 1.3},
     "pard ar adaptive": {},
     "pard ar stop": {},
+    "pard base chain": {},
+    "pard base adaptive": {},
 }
 # cases that measure later tokens: (block, last); new tokens 4 and 5 of "past the block" are drafts 3 and 4 of its
 # first step, both deeper than its block's 2
 SHAPES = {"pard ar past the block": (3, 5)}
-AFTER = {"pard ar adaptive": 8}  # new tokens after the measured ones: later steps, whose rates the choice learns
+# new tokens after the measured ones: later steps, whose rates the choice learns
+AFTER = {"pard ar adaptive": 8, "pard base adaptive": 8}
 DRAFTERS: dict = {}  # the drafter of each cached run
 ACCEPTED: dict = {}  # drafts accepted per step of each case's last run
 # step-cost curves (seconds per fed token count) pinned for the adaptive cases: verifying free (drafts every step),
@@ -112,6 +124,7 @@ CURVES = {
     "adaptive budget": lambda n: 1.0,
     "adaptive, plain steps": lambda n: 1.0 + 0.9 * (n - 1),
     "pard ar adaptive": lambda n: 1.0,
+    "pard base adaptive": lambda n: 1.0,
 }
 
 
@@ -155,6 +168,25 @@ class ParallelQPardDrafter(PardDrafter):
 hf_specdec.register_drafter_kind(ParallelQPardDrafter, ParallelQGenerator)
 
 
+class AdapterQGenerator(PardCandidateGenerator):
+    """Samples base-LM chains (`sampled_base_drafts`) but hands acceptance the adapter LM's (the drafter's own)
+    conditionals for the same draws (a chain here: one draw per depth)."""
+
+    def sampled_tree(self, input_ids, k, branches, logits_processor):
+        tree = super().sampled_tree(input_ids, k, branches, logits_processor)
+        T, drafts = input_ids.shape[1], torch.tensor([tree.tokens], device=input_ids.device)
+        logits = self.drafter.lm(torch.cat([input_ids, drafts], dim=-1)).logits[0, T - 1 : T - 1 + len(tree)]
+        tree.q = torch.softmax(logits.float() / call_temperature(logits_processor), dim=-1)  # (depth, V)
+        return tree
+
+
+class AdapterQPardDrafter(PardDrafter):
+    pass
+
+
+hf_specdec.register_drafter_kind(AdapterQPardDrafter, AdapterQGenerator)
+
+
 def _processors(temperature, top_k, top_p=None, repetition_penalty=None):
     """The processors generate() builds for these settings, in its order."""
     procs = [RepetitionPenaltyLogitsProcessor(repetition_penalty)] if repetition_penalty else []
@@ -193,6 +225,8 @@ def run_case(name, drafter_cls=BlockDrafter, device="cpu", draws=DRAWS):
         lm = tiny_target("llama", vocab=V, layers=1, seed=7, device=device)  # another model of the same vocabulary
         pard_cls = drafter_cls if issubclass(drafter_cls, PardDrafter) else PardDrafter
         drafter = pard_cls.from_causal_lm(lm, target, mask_token_id=V - 1, block_size=block).eval()
+        if "base" in name:  # the LM the drafter was "adapted" from: another model of the vocabulary
+            drafter.attach_base_lm(tiny_target("llama", vocab=V, layers=1, seed=11, device=device))
     if name.endswith("dcoco walk"):
         make = PardDCOCODrafter.from_pard if name.startswith("pard") else DCOCODrafter.from_block_drafter
         drafter = make(drafter, corrector_candidates=4).eval()
@@ -281,11 +315,52 @@ def test_ar_drafts_handed_the_parallel_passs_q_are_caught():
     assert max(excesses(counts, exact)) > 1.0
 
 
+def test_base_chains_handed_the_adapters_q_are_caught():
+    """Negative control of the base-LM chain: drafts sampled from the base LM, acceptance handed the adapter LM's
+    conditionals for them (the two models mixed up)."""
+    counts, exact, _ = cached_run("pard base chain", AdapterQPardDrafter, draws=4000)
+    assert max(excesses(counts, exact)) > 1.0
+
+
+def test_the_adaptive_choice_ran_base_chains_and_adapter_drafts():
+    """The adaptive base case above held while the choice ran base-LM chains as well as 1..3 adapter drafts and
+    plain steps, each many times (tried, then by rate, then probes)."""
+    cached_run("pard base adaptive")
+    runs = DRAFTERS["pard base adaptive", BlockDrafter]._ar_choice.runs
+    assert set(runs) == {1, 2, 3, "base", "plain"} and min(runs.values()) > 50, runs
+
+
+def test_base_chains_run_their_own_passes_and_stop_at_a_doubted_draft():
+    """The fixed base case above drew every sampled block from the base LM (not the adapter: its q differs), and no
+    block holds a draft after one its q gave less than the stop (0.3)."""
+    _, _, trees = cached_run("pard base chain")
+    ends = set()
+    for tree in trees:
+        if tree.q is None or not len(tree):
+            continue
+        q_of_draws = [float(tree.q[d, tree.tokens[d]]) for d in range(len(tree))]
+        assert all(q >= 0.3 for q in q_of_draws[:-1]), q_of_draws
+        ends.add(len(tree))
+    assert {1, 2, 3} <= ends, ends
+
+
+def test_a_base_chain_without_a_base_lm_is_refused_before_generating():
+    target = tiny_target("llama", vocab=V, layers=1)
+    lm = tiny_target("llama", vocab=V, layers=1, seed=7)
+    drafter = PardDrafter.from_causal_lm(lm, target, mask_token_id=V - 1, block_size=3).eval()
+    drafter.decoding = DecodingSettings(sampled_base_drafts=4)
+    with pytest.raises(ValueError, match="base LM"):
+        target.generate(PROMPT, do_sample=True, max_new_tokens=4, assistant_model=drafter)
+    wrong = tiny_target("llama", vocab=V - 2, layers=1, seed=7)
+    with pytest.raises(ValueError, match="adapted from"):
+        drafter.attach_base_lm(wrong)
+
+
 def test_the_adaptive_choice_of_ar_drafts_varied_over_the_calls():
     """The distribution case above held while the choice ran every m of 1..3 (tried, then by rate, then probes)."""
     cached_run("pard ar adaptive")
     runs = DRAFTERS["pard ar adaptive", BlockDrafter]._ar_choice.runs
-    assert set(runs) == {1, 2, 3} and sum(runs.values()) > DRAWS, runs
+    assert set(runs) == {1, 2, 3, "plain"} and sum(runs.values()) > DRAWS, runs
 
 
 def test_a_dependent_block_ends_at_a_doubted_draft():
@@ -359,6 +434,8 @@ def _pit(trees, transform=None):
         "pard ar adaptive",
         "pard ar stop",
         "pard ar past the block",
+        "pard base chain",
+        "pard base adaptive",
     ],
 )
 def test_q_handed_to_acceptance_is_the_distribution_drafts_were_drawn_from(name):

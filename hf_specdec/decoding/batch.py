@@ -75,7 +75,10 @@ class SpeculativeBatch:
         self.generator_class = generator_class_for(drafter)
         self.draft_rows = capabilities_of(drafter).draft_rows  # the generator class drafts rows in one pass
         adaptive = self.settings.budget == "auto"
-        self.budget = Budget(memory_of(drafter, target)) if adaptive else FixedBudget()
+        chooses = getattr(self.generator_class, "chooses_sampled_blocks", None)  # a kind that chooses its blocks
+        # such a drafter chooses each sampled block's way from realized rates, plain steps included: the budget cuts
+        plain_steps = not (self.exact_q and chooses is not None and chooses(drafter, self.settings))
+        self.budget = Budget(memory_of(drafter, target), plain_steps=plain_steps) if adaptive else FixedBudget()
         self.rows: list[Row] = []
         self.forwards = BatchForwards()  # target forwards of the whole batch, shared by its rows' statistics
         self.cache = DynamicCache()

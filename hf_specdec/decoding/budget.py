@@ -66,6 +66,9 @@ class Budget:
     realized: dict[int, list[tuple[int, float, float]]] = field(default_factory=dict)
     resuming: bool = True  # no drafter pass since the call began or since a plain step: the next one catches up
     planned: set[int] = field(default_factory=set)  # loads this call has planned a step for
+    # False: the drafter chooses plain steps itself from realized rates (sampled PARD blocks, `ar_choice.py`); the
+    # budget only cuts each drafted tree to the nodes that pay, and never sends the call to plain steps
+    plain_steps: bool = True
 
     def plan(self, rows: int, draft: Callable[[], list[DraftTree]]) -> StepPlan:
         """The step over `rows` rows: plain (no drafter pass), or `draft()`'s trees (one per row, at their largest
@@ -78,6 +81,8 @@ class Budget:
         most = max((len(v) for v in values), default=0)
         explore = self._unmeasured(values, rows, most)
         n = explore if explore is not None else self._best(values, rows, most)
+        for tree in drafts:  # a drafter that judges its ways of drafting by realized rates leaves such steps out
+            tree.measuring = explore is not None and n < len(tree)
         trees = [keep_best(tree, n, v) for tree, v in zip(drafts, node_values, strict=True)]
         return StepPlan(True, trees, drafts, measuring=explore is not None)
 
@@ -100,7 +105,8 @@ class Budget:
                 # what it read of the prompt or of plain steps' tokens is spent whatever comes next: drafting on
                 # pays the drafter's usual seconds (a join's catch-up, between drafted steps, counts in full)
                 judged = min(drafter, rows * self.drafter_seconds) + record.verify_seconds
-            self._judge(plan, rows, (record.committed, judged, full))
+            if self.plain_steps:
+                self._judge(plan, rows, (record.committed, judged, full))
         self.resuming = not plan.drafted
 
     def save(self) -> bool:
@@ -119,6 +125,8 @@ class Budget:
         clearly (its back-off past `MAX_BACKOFF`) still tries its first step: new text may draft well, and the
         first step is where a try costs least (the drafter reads the prompt only) and a win pays for the most."""
         memory, costs = self.memory, self.memory.costs
+        if not self.plain_steps:  # the drafter's choice decides; a plain step first measures the one-token cost
+            return costs.measured(1, rows)
         schedule = memory.schedule.get(rows)
         new_load = schedule is None
         if new_load:  # a heavier load than one in plain mode (up to 2x) starts in plain mode too

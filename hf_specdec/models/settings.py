@@ -19,11 +19,13 @@ _MINIMUM = {  # integer fields: the smallest allowed value and what it means
     "tree_topk": (1, "candidates per position"),
     "sample_branches": (1, "1 = a chain"),
     "sampled_ar_drafts": (1, "1 = one parallel pass"),
+    "sampled_base_drafts": (0, "0 = off"),
     "prompt_lookup_tokens": (0, "0 = off"),
     "prompt_lookup_ngram": (1, "longest suffix n-gram"),
 }
 
-_FRACTIONS = {"sampled_ar_stop": "0 = never stop early"}  # float fields in [0, 1)
+# float fields in [0, 1)
+_FRACTIONS = {"sampled_ar_stop": "0 = never stop early", "sampled_base_stop": "0 = never stop early"}
 
 
 def _checked(name: str, value):
@@ -77,6 +79,14 @@ class DecodingSettings:
             this under its q (the drafter doubts it, so the target likely rejects it): no further pass is paid for
             drafts after it. transformers' `assistant_confidence_threshold` (0.4) does the same for its assistant.
             0 = never end early.
+        sampled_base_drafts: with "exact" sampling on a PARD drafter that holds its base LM (the causal LM it was
+            adapted from, before its adapter: `PardDrafter.base_lm`), a dependent chain of up to N drafts sampled
+            from the base LM's own conditionals, one pass each, ending after a draft of q below
+            `sampled_base_stop` (transformers' assisted generation with the same model: 20 drafts, 0.4). Near T=1
+            the base LM's q is closer to the target's than the adapter's, which was trained on the target's argmax
+            (docs/verification.md 1.4). With budget "auto" it is one more choice beside 1..`sampled_ar_drafts`,
+            judged by its realized rate; with "fixed" every sampled block is such a chain. 0 = off.
+        sampled_base_stop: the threshold that ends a base-LM chain (see `sampled_base_drafts`); 0 = never.
         prompt_lookup_tokens: length of an extra branch copied from the prompt or output after the longest
             matching suffix n-gram (prompt lookup decoding); 0 = off.
         prompt_lookup_ngram: longest suffix n-gram looked up.
@@ -92,6 +102,8 @@ class DecodingSettings:
     sample_branches: int = 1
     sampled_ar_drafts: int = 3
     sampled_ar_stop: float = 0.0
+    sampled_base_drafts: int = 0
+    sampled_base_stop: float = 0.4
     prompt_lookup_tokens: int = 0
     prompt_lookup_ngram: int = 3
     budget: str = "auto"

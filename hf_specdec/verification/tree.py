@@ -34,6 +34,8 @@ class DraftTree:
         copied: True for nodes the drafter and the prompt-lookup branch both proposed (merged in a greedy trie).
         copying: the row's previous step accepted a node the prompt-lookup branch proposed (it is copying a span);
             the adaptive budget values this tree's lookup nodes from that regime's acceptance.
+        measuring: the adaptive budget verified this tree cut to a size it is measuring (the step-cost curve), not
+            the size that pays: what its step realized says little of the way it was drafted.
     """
 
     tokens: list[int] = field(default_factory=list)
@@ -44,6 +46,7 @@ class DraftTree:
     lookup: list[bool] = field(default_factory=list)
     copied: list[bool] = field(default_factory=list)
     copying: bool = False
+    measuring: bool = False
 
     def __len__(self) -> int:
         return len(self.tokens)

@@ -223,6 +223,12 @@ class BlockDraftCandidateGenerator(CandidateGenerator):
         logq, index = logits.log_softmax(dim=-1).topk(min(topk, logits.shape[-1]), dim=-1)  # (k, width) each
         return best_first_tree(logq.tolist(), self.full_ids(index).tolist(), budget)
 
+    @staticmethod
+    def chooses_sampled_blocks(drafter, settings) -> bool:
+        """Whether the drafter chooses each sampled block's way itself (then verified whole); a kind that does
+        (PARD, `models/pard/ar_choice.py`) says so. This one does not."""
+        return False
+
     def most_drafts(self, sampled: bool) -> int:
         """The most drafts one step's tree may hold in depth: the block's `block_size - 1` (a kind whose sampled
         drafts can run past its block, PARD's dependent chains, says more)."""

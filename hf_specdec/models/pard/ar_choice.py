@@ -1,19 +1,32 @@
-"""How many sampled drafts get a drafter pass of their own, chosen per step by what each choice realized.
+"""How each sampled block is drafted, chosen per block by what each way realized: the adaptive budget of sampled
+PARD blocks.
 
-With `DecodingSettings(budget="auto", sampled_ar_drafts=M)` a PARD drafter picks, before each sampled block, m in
-1..M (every count up to 4, then about 1.5x apart: `choices`): drafts 1..m drawn one pass each (a dependent block),
-the rest from pass m's mask slots. A larger m buys acceptance with drafter passes, and what pays depends on the
-machine (a pass against a verify forward) and on the text (how often the target keeps a sampled draft). So each m
-is judged by its realized rate, committed tokens per second of whole steps (drafter passes, the verify forward,
-acceptance), over its last `RECENT` steps:
+With `DecodingSettings(budget="auto")` and exact-q sampling, a PARD drafter with `sampled_ar_drafts = M > 1` or
+`sampled_base_drafts > 0` picks, before each sampled block, one of:
+- "base": a dependent chain from its base LM (`base_chain.py`), when `sampled_base_drafts` is set;
+- m in 1..M (every count up to 4, then about 1.5x apart: `choices`): drafts 1..m drawn one adapter pass each, the
+  rest from pass m's mask slots;
+- "plain": no drafter pass and no drafts (a plain step, plus the prompt-lookup branch if it is on).
 
-1) every m is tried until it has `TRIED` judged steps (smallest first);
-2) then the best rate wins; every `PROBE_EVERY` steps the m tried longest ago runs once instead, so a change of
+What pays depends on the machine (a drafter pass against a verify forward), on the text and on the temperature (how
+often the target keeps a sampled draft). So each is judged by its realized rate, committed tokens per second of
+whole steps (drafter passes, the verify forward, acceptance), over its last `RECENT` steps:
+
+1) every choice is tried until it has `TRIED` judged steps (in the order above);
+2) then the best rate wins; every `PROBE_EVERY` steps the choice tried longest ago runs once instead, so a change of
    text (code to prose) is seen.
+
+A step whose drafter first caught up on more than `CATCH_UP` committed tokens (the base LM reading the prompt on its
+first chain of a call) is not judged: the catch-up says nothing of the way the block was drafted.
+
+This choice decides the plain steps of such calls (`Budget.plain_steps` is off for them; the budget only cuts each
+drafted tree to the nodes worth verifying): the budget's own plain steps, judged over steps of every choice at once,
+sent T=1 calls to plain steps while a choice that pays was still untried (docs/verification.md 1.4). "plain" keeps
+such calls from running slower than plain sampling where no draft pays.
 
 The choice reads only finished steps, never the draws of the step it is made for, so every draft is still drawn
 from the q its tree carries: the output distribution is the target's whatever is chosen. The memory lives on the
-drafter (`choice_of`), so it carries from one `generate` call to the next, like the budget's.
+drafter (`choice_of`), so it carries from one `generate` call to the next.
 """
 
 from __future__ import annotations
@@ -24,24 +37,28 @@ from dataclasses import dataclass, field
 RECENT = 8  # judged steps kept per choice
 TRIED = 3  # judged steps every choice gets before rates decide
 PROBE_EVERY = 16  # steps between runs of the choice tried longest ago
+# a block whose first drafter pass reads more committed tokens than this (the prompt, a long run of plain steps) is
+# not judged: that catch-up is paid once, whatever is chosen after it
+CATCH_UP = 32
 
 
 @dataclass
 class ArChoice:
-    """The per-step choice of m in 1..`largest` and what each m realized."""
+    """The per-block choice ("base" with `base`, m in 1..`largest`, "plain") and what each choice realized."""
 
     largest: int
+    base: bool = False  # a base-LM chain is one of the choices
     steps: int = 0
-    recent: dict[int, deque] = field(default_factory=dict)  # m -> (committed, seconds) of its last judged steps
-    last_run: dict[int, int] = field(default_factory=dict)  # m -> the step it last ran at
-    runs: dict[int, int] = field(default_factory=dict)  # m -> steps it was chosen for (what a report shows)
+    recent: dict[int | str, deque] = field(default_factory=dict)  # choice -> (committed, seconds) of its last steps
+    last_run: dict[int | str, int] = field(default_factory=dict)  # choice -> the step it last ran at
+    runs: dict[int | str, int] = field(default_factory=dict)  # choice -> steps it was chosen for (a report shows)
 
-    options: list[int] = field(init=False)  # the counts tried (`choices`), worked out once
+    options: list[int | str] = field(init=False)  # "base", the counts (`choices`), "plain": worked out once
 
     def __post_init__(self) -> None:
-        self.options = choices(self.largest)
+        self.options = (["base"] if self.base else []) + choices(self.largest) + ["plain"]
 
-    def choose(self) -> int:
+    def choose(self) -> int | str:
         """The m for the next sampled block."""
         self.steps += 1
         options = self.options
@@ -56,12 +73,12 @@ class ArChoice:
         self.runs[m] = self.runs.get(m, 0) + 1
         return m
 
-    def learn(self, m: int, committed: int, seconds: float) -> None:
+    def learn(self, m: int | str, committed: int, seconds: float) -> None:
         """One finished step that drafted with `m`: `committed` tokens in `seconds`."""
         if seconds > 0:
             self.recent.setdefault(m, deque(maxlen=RECENT)).append((committed, seconds))
 
-    def rate(self, m: int) -> float:
+    def rate(self, m: int | str) -> float:
         """Committed tokens per second of m's recent steps (0 before any)."""
         seen = self.recent.get(m, ())
         seconds = sum(s for _, s in seen)
@@ -80,11 +97,11 @@ def choices(largest: int) -> list[int]:
     return options
 
 
-def choice_of(drafter, largest: int) -> ArChoice:
-    """The drafter's choice memory for `largest` (a new one when the setting changed)."""
+def choice_of(drafter, largest: int, base: bool = False) -> ArChoice:
+    """The drafter's choice memory for `largest` and `base` (a new one when the settings changed)."""
     choice = getattr(drafter, "_ar_choice", None)
-    if choice is None or choice.largest != largest:
-        choice = ArChoice(largest)
+    if choice is None or (choice.largest, choice.base) != (largest, base):
+        choice = ArChoice(largest, base)
         drafter._ar_choice = choice  # on the drafter object, not in its config: never saved
     return choice
 

@@ -14,7 +14,9 @@ Sampled blocks with `DecodingSettings.sampled_ar_drafts = m > 1` (`sampled_tree`
 drafts 1..m are sampled one pass each, pass d feeding draft d-1 (and, on pass m, masks for the rest); draft d's q
 is the LM's conditional given the drafts before it, drafts after m come from pass m's mask slots (given drafts
 1..m-1). Afterwards the cache is cropped back to the committed tokens. With the adaptive budget m is chosen per
-block among 1..`sampled_ar_drafts` by the committed tokens per second each realized (`ar_choice.py`).
+block among 1..`sampled_ar_drafts` by the committed tokens per second each realized (`ar_choice.py`). With
+`sampled_base_drafts` a block may instead be a chain from the drafter's base LM (`base_chain.py`): every block with
+budget "fixed", one more choice with "auto".
 
 In a batch, `draft_rows` runs step 1 for every drafting row in ONE drafter pass: each row's fed tokens are
 left-padded to one width, its cache left-padded to one length, and a (B, W, C + W) mask lets a row see only its own
@@ -36,7 +38,9 @@ from ...verification.processed import probabilities, process_rows
 from ...verification.tree import DraftTree, mask_for_attention
 from ..block_drafter.generation_block_drafter import BlockDraftCandidateGenerator
 from ..padding import left_pad, length_groups
-from .ar_choice import choice_of
+from ..registry import head_of
+from .ar_choice import CATCH_UP, choice_of
+from .base_chain import BaseChain
 from .modeling_pard import PardDrafter
 
 
@@ -59,10 +63,26 @@ class PardCandidateGenerator(BlockDraftCandidateGenerator):
         settings = drafter.decoding
         self.ar_drafts = settings.sampled_ar_drafts  # sampled drafts that get a drafter pass each (at most, "auto")
         self.ar_stop = settings.sampled_ar_stop  # a dependent block ends after a draft of q below this
-        # the adaptive budget also picks that count per step (ar_choice.py); None: the setting, fixed
-        adaptive = settings.budget == "auto" and self.ar_drafts > 1
-        self.ar_choice = choice_of(drafter, self.ar_drafts) if adaptive else None
-        self.ar_step: tuple[int, float, int] | None = None  # (m, start seconds, row steps then) of the last block
+        self.base_drafts = settings.sampled_base_drafts  # a base-LM chain's drafts at most (0: none)
+        self.base_chain = None
+        if self.base_drafts:
+            if drafter.base_lm is None:
+                raise ValueError(
+                    "sampled_base_drafts needs the drafter's base LM weights (`base_lm`), and this drafter holds "
+                    "none: load it from an adapter folder whose saved decoding sets sampled_base_drafts (or with "
+                    "`PardDrafter.from_adapter_folder(folder, keep_base=True)`), call `drafter.attach_base_lm(lm)`, "
+                    "or set sampled_base_drafts=0"
+                )
+            base = drafter.base_lm
+            if base.device != drafter.device or base.dtype != drafter.dtype:  # the drafter was moved after load
+                base.to(device=drafter.device, dtype=drafter.dtype)
+            self.base_chain = BaseChain(base, self, settings.sampled_base_stop)
+        # the adaptive budget also picks that count (or a base-LM chain) per step (ar_choice.py); None: the setting
+        adaptive = settings.budget == "auto" and (self.ar_drafts > 1 or self.base_drafts > 0)
+        self.ar_choice = choice_of(drafter, self.ar_drafts, self.base_drafts > 0) if adaptive else None
+        # (choice, start seconds, row steps then, its tree) of the last block
+        self.ar_step: tuple[int | str, float, int, DraftTree | None] | None = None
+        self.caught_up = 0  # committed tokens the last block's first drafter pass read (its catch-up)
 
     def target_layers(self, drafter: PardDrafter, target: PreTrainedModel) -> list[int]:
         """The listed target layers with feature injection (PARD-2); none without: PARD reads only tokens."""
@@ -112,6 +132,7 @@ class PardCandidateGenerator(BlockDraftCandidateGenerator):
             return ready[0][None]
         device = self.drafter.device
         cached, T = self.cache.get_seq_length(), input_ids.shape[1]
+        self.caught_up = max(self.caught_up, T - cached)  # committed tokens this pass reads (`_ar_count`)
         new = self.known(input_ids[:, cached:].to(device))  # (1, T - cached): tokens the cache lacks, anchor last
         feed = torch.cat([new, self.mask_ids], dim=-1)  # (1, S)
         positions = torch.arange(cached, T + self.block_size - 1, device=device)[None]  # (1, S)
@@ -151,9 +172,12 @@ class PardCandidateGenerator(BlockDraftCandidateGenerator):
     def most_drafts(self, sampled: bool) -> int:
         """A dependent sampled chain runs past the block: `sampled_ar_drafts` drafts of their own passes, then the
         last pass's `block_size - 2` mask slots (greedy trees, heads and parallel blocks keep the block)."""
+        most = self.block_size - 1
         if sampled and self.head is None and self.ar_drafts > 1:
-            return self.ar_drafts + self.block_size - 2  # at least the block's block_size - 1 (ar_drafts >= 2)
-        return self.block_size - 1
+            most = self.ar_drafts + self.block_size - 2  # at least the block's block_size - 1 (ar_drafts >= 2)
+        if sampled and self.head is None and self.base_drafts:
+            most = max(most, self.base_drafts)
+        return most
 
     def sampled_tree(
         self, input_ids: torch.LongTensor, k: int, branches: int, logits_processor: LogitsProcessorList | None
@@ -161,11 +185,36 @@ class PardCandidateGenerator(BlockDraftCandidateGenerator):
         """Drafts sampled from q_d with `branches` i.i.d. draws per depth (the first continues the chain); drafts
         1..m (m = `sampled_ar_drafts`) each from their own drafter pass given the drafts before them, the rest (at
         most `block_size - 2`, past the block when m is large) from pass m's mask slots. A draft before m drawn with
-        q below `sampled_ar_stop` ends the block (one host read per pass: whether to pay for the next). The tree
-        carries the exact q every node was drawn from."""
+        q below `sampled_ar_stop` ends the block (one host read per pass: whether to pay for the next). With
+        `sampled_base_drafts` the block may be a base-LM chain instead (`base_chain.py`). The tree carries the exact
+        q every node was drawn from."""
         if self.head is not None:
             return super().sampled_tree(input_ids, k, branches, logits_processor)
-        m = min(self._ar_count(), k)
+        tree = self._sampled_block(self._ar_count(), input_ids, k, branches, logits_processor)
+        if self.ar_step is not None:
+            self.ar_step = (*self.ar_step[:3], tree)  # read when its step is judged: did the budget cut it to measure?
+        return tree
+
+    @staticmethod
+    def chooses_sampled_blocks(drafter: PardDrafter, settings) -> bool:
+        """Whether this drafter's sampled blocks are chosen per block by what each way realized (`ar_choice.py`):
+        the adaptive budget, with more than one way to draft and no head. The choice ("plain" included) then decides
+        the call's plain steps; the budget only cuts each block to the nodes worth verifying."""
+        several = settings.sampled_ar_drafts > 1 or settings.sampled_base_drafts > 0
+        return settings.budget == "auto" and several and head_of(drafter) is None
+
+    def _sampled_block(
+        self, m: int | str, input_ids: torch.LongTensor, k: int, branches: int, logits_processor
+    ) -> DraftTree:
+        """`sampled_tree` for this block's choice `m`: a base-LM chain ("base"), no drafts ("plain", no pass) or m
+        drafts of their own passes."""
+        if m == "plain":
+            return DraftTree()
+        if m == "base":
+            self.ready = None  # a batch's shared adapter pass, unused by this row
+            self.caught_up = input_ids.shape[1] - self.base_chain.cache.get_seq_length()
+            return self.base_chain.sampled_tree(input_ids, min(k, self.base_drafts), branches, logits_processor)
+        m = min(m, k)
         if m <= 1:
             return super().sampled_tree(input_ids, min(k, self.block_size - 1), branches, logits_processor)
         k = min(k, m + self.block_size - 2)  # pass m feeds draft m - 1 and masks for drafts m + 1 .. k
@@ -188,16 +237,19 @@ class PardCandidateGenerator(BlockDraftCandidateGenerator):
             self.cache.crop(-first)  # drop the drafts fed (1..first): the cache holds the committed tokens only
         return DraftTree.sampled_chain(torch.cat(picks).tolist(), torch.cat(rows))
 
-    def _ar_count(self) -> int:
-        """m for this block: the setting, or (adaptive budget) the choice's, after it learns what the last block
-        did, when that block's step was this row's last (a plain step in between leaves it unjudged)."""
+    def _ar_count(self) -> int | str:
+        """m for this block ("base": a base-LM chain): the setting, or (adaptive budget) the choice's, after it
+        learns what the last block did, when that block's step was this row's last (a plain step in between leaves
+        it unjudged, and so do a block the budget cut to a size it measures, `DraftTree.measuring`, and one whose
+        first pass caught up on more than `CATCH_UP` committed tokens: the prompt, or a long run of plain steps)."""
         if self.ar_choice is None:
-            return self.ar_drafts
+            return "base" if self.base_chain is not None else self.ar_drafts
         now, last = time.perf_counter(), self.ar_step
-        if last is not None and self.stats.row_steps == last[2] + 1:
+        judged = last is not None and self.stats.row_steps == last[2] + 1 and self.caught_up <= CATCH_UP
+        if judged and not (last[3] and last[3].measuring):
             self.ar_choice.learn(last[0], self.stats.accepted[-1] + 1, now - last[1])
         m = self.ar_choice.choose()
-        self.ar_step = (m, now, self.stats.row_steps)
+        self.ar_step, self.caught_up = (m, now, self.stats.row_steps, None), 0
         return m
 
     def _extend(self, token: torch.LongTensor, T: int, d: int, masks: int) -> torch.Tensor:

@@ -13,6 +13,7 @@ also be saved alone: its config names the PARD drafter underneath (`backbone`), 
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 from pathlib import Path
@@ -70,6 +71,24 @@ class PardDrafter(SavedDecoding, PreTrainedModel):
             nn.init.zeros_(module.weight)  # a fresh projection leaves the LM's drafts unchanged
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
+
+    @property
+    def base_lm(self) -> PreTrainedModel | None:
+        """The causal LM this drafter was adapted from, with its own weights (no adapter), when kept: what samples
+        base-LM chains (`DecodingSettings.sampled_base_drafts`). Not a submodule: never saved, never trained."""
+        return self.__dict__.get("_base_lm")
+
+    def attach_base_lm(self, lm: PreTrainedModel) -> None:
+        """Keep `lm` (a causal LM of this drafter's tokenizer, e.g. its weights before an adapter) as `base_lm`.
+        ValueError when its vocabulary does not cover the drafter's (its drafts would be ids the drafter lacks)."""
+        rows, own = lm.get_output_embeddings().weight.shape[0], self.get_output_embeddings().weight.shape[0]
+        if rows < own or lm.config.get_text_config().hidden_size != self.config.hidden_size:
+            raise ValueError(
+                f"the base LM ({rows} vocabulary rows, hidden size {lm.config.get_text_config().hidden_size}) does "
+                f"not match this drafter ({own} rows, hidden size {self.config.hidden_size}): it must be the causal "
+                "LM the drafter was adapted from"
+            )
+        self.__dict__["_base_lm"] = lm.eval()
 
     def add_feature_injection(
         self, target_config, target_layer_ids: list[int], scale: float = 0.02, bias: bool = False
@@ -251,9 +270,13 @@ class PardDrafter(SavedDecoding, PreTrainedModel):
         return drafter
 
     @classmethod
-    def from_adapter_folder(cls, folder: str | Path, dtype=None, device_map=None, merge: bool = True) -> PardDrafter:
+    def from_adapter_folder(
+        cls, folder: str | Path, dtype=None, device_map=None, merge: bool = True, keep_base: bool | None = None
+    ) -> PardDrafter:
         """Base (`config.base_model`) + the LoRA adapter saved in `folder`, merged; with `merge=False` the base alone
-        with the folder's config and draft vocabulary (a run that trains the adapter on loads it on top)."""
+        with the folder's config and draft vocabulary (a run that trains the adapter on loads it on top).
+        `keep_base`: also keep the base LM's own weights as `base_lm` (its embeddings shared, its decoder layers a
+        copy); None: when the folder's decoding settings sample base-LM chains (`sampled_base_drafts`)."""
         from peft import PeftModel
 
         refuse_pickled_weights(folder)
@@ -265,6 +288,9 @@ class PardDrafter(SavedDecoding, PreTrainedModel):
                 f"{folder} sets draft_vocab_size but has no {DRAFT_VOCAB}; save it with save_adapter_folder"
             )
         drafter = cls.from_base(config, dtype=dtype, device_map=device_map, relative_to=folder)
+        if keep_base is None:
+            keep_base = merge and drafter.decoding.sampled_base_drafts > 0 and config.kept_layers is None
+        base = _weights_copy(drafter.lm) if keep_base else None
         if merge:
             with readable(Path(folder) / ADAPTER_WEIGHTS, "the LoRA adapter"), quiet_peft_probe():
                 drafter = PeftModel.from_pretrained(drafter, str(folder)).merge_and_unload()
@@ -274,6 +300,8 @@ class PardDrafter(SavedDecoding, PreTrainedModel):
             drafter.feature_proj.load_state_dict({k: v.to(drafter.dtype) for k, v in weights.items()})
         if draft_vocab is not None:
             drafter.draft_vocab = draft_vocab.to(drafter.device)
+        if base is not None:
+            drafter.attach_base_lm(base)
         return drafter
 
     @staticmethod
@@ -317,6 +345,13 @@ class PardDrafter(SavedDecoding, PreTrainedModel):
             proj = getattr(proj, "modules_to_save", {}).get("default", proj)  # peft's trained copy, if wrapped
             weights = {k: v.detach().cpu().contiguous() for k, v in proj.state_dict().items()}
             save_file(weights, str(Path(folder) / FEATURES))
+
+
+def _weights_copy(lm: PreTrainedModel) -> PreTrainedModel:
+    """A copy of `lm` whose embedding table (and the head tied to it) is `lm`'s own tensor: what an adapter changes
+    (decoder layers, and only the mask token's embedding row) is copied, the rest shared."""
+    embed = lm.get_input_embeddings().weight
+    return copy.deepcopy(lm, memo={id(embed): embed})
 
 
 def adapter_holds(folder: str | Path, module: str) -> bool:
