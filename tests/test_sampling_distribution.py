@@ -443,5 +443,8 @@ def test_q_handed_to_acceptance_is_the_distribution_drafts_were_drawn_from(name)
     values = _pit(trees)
     assert values.numel() > 1000
     assert dkw_uniform_excess(values, DELTA) <= 1.0
-    sharpened = _pit(trees, lambda q: q**2 / (q**2).sum(-1, keepdim=True))  # negative control
-    assert dkw_uniform_excess(sharpened, DELTA) > 1.0
+    # negative control: q off by one token id (an indexing slip). A sharpened q (a temperature slip) is caught on the
+    # fixed cases but not reliably where the adaptive choice leaves ~2000 drafted nodes (excess 0.8-1.3 there, against
+    # 5-60 for the shifted q on every case); the per-cell tests above catch temperature slips.
+    shifted = _pit(trees, lambda q: q.roll(1, -1))
+    assert dkw_uniform_excess(shifted, DELTA) > 1.0
