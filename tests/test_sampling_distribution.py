@@ -20,7 +20,9 @@ The base-LM chain cases (`sampled_base_drafts`) draw from a second causal LM, th
 each, and end after a draft its q gave less than the stop; one with the fixed budget (every sampled block such a
 chain, 16000 draws: a 3-point error in any cell is caught), one with the adaptive budget choosing it or 1..3
 adapter drafts per block. Their negative control hands acceptance the adapter LM's conditionals for the base LM's
-draws (the two models mixed up).
+draws (the two models mixed up). One more draws three i.i.d. base-LM chains per block, merged where they agree
+(16000 draws, under top-p and repetition penalty); a node's later children carry q without the children drawn before
+them, and the control hands them the plain q instead (what merging equal draws without that correction would do).
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from hf_specdec import (
     PardDrafter,
 )
 from hf_specdec.decoding import step
+from hf_specdec.models.pard.base_chain import without_earlier
 from hf_specdec.models.pard.generation_pard import PardCandidateGenerator
 from hf_specdec.verification.processed import call_temperature
 
@@ -57,7 +60,8 @@ V = 8
 DRAWS = 1000
 # the default dependent-draft rule gets enough draws that a 3-point error in any cell of the joint exceeds its bound
 # (`test_ar_draws_resolve_a_three_point_error` checks the bound's radius)
-DRAWS_OF = {"pard ar chain": 16000, "pard base chain": 16000}
+BRANCHES = "pard base branches, top-p, repetition penalty"
+DRAWS_OF = {"pard ar chain": 16000, "pard base chain": 16000, BRANCHES: 16000}
 DELTA = 1e-6
 PROMPT = torch.tensor([[1, 3, 4, 5, 3, 4, 6]])
 CPU = torch.device("cpu")
@@ -101,6 +105,12 @@ CASES = {
     # chains from the drafter's base LM (another causal LM): every block (fixed), or chosen per block (auto)
     "pard base chain": (DecodingSettings(budget="fixed", sampled_base_drafts=3, sampled_base_stop=0.3), 1.0, None),
     "pard base adaptive": (DecodingSettings(budget="auto", sampled_ar_drafts=3, sampled_base_drafts=3), 0.8, None),
+    # three i.i.d. base-LM chains per block merged where they agree (a trie of whole sampled branches)
+    "pard base branches, top-p, repetition penalty": (
+        DecodingSettings(budget="fixed", sampled_base_drafts=3, sampled_base_stop=0.3, sampled_base_branches=3),
+        1.0,
+        None,
+    ),
 }
 # cases whose block is 4 and whose measured tokens are new tokens 3 and 4 (so the mask tail after two AR drafts is
 # what decides them), with top-p and repetition penalty
@@ -110,10 +120,12 @@ LONGER = {
     "pard ar stop": {},
     "pard base chain": {},
     "pard base adaptive": {},
+    "pard base branches, top-p, repetition penalty": {"top_p": 0.95, "repetition_penalty": 1.3},
 }
-# cases that measure later tokens: (block, last); new tokens 4 and 5 of "past the block" are drafts 3 and 4 of its
-# first step, both deeper than its block's 2
-SHAPES = {"pard ar past the block": (3, 5)}
+# cases that measure other tokens: (block, last); new tokens 4 and 5 of "past the block" are drafts 3 and 4 of its
+# first step, both deeper than its block's 2; new tokens 2 and 3 of "base branches" are depths 1 and 2 of its first
+# trie (the merged root children and their children), with the processors of LONGER
+SHAPES = {"pard ar past the block": (3, 5), "pard base branches, top-p, repetition penalty": (3, 3)}
 # new tokens after the measured ones: later steps, whose rates the choice learns
 AFTER = {"pard ar adaptive": 8, "pard base adaptive": 8}
 DRAFTERS: dict = {}  # the drafter of each cached run
@@ -391,14 +403,15 @@ def test_a_dependent_chain_runs_past_the_block():
     assert deep >= DRAWS and accepted >= 20, (deep, accepted)  # about 60 expected
 
 
-def test_ar_draws_resolve_a_three_point_error():
+@pytest.mark.parametrize("name", ["pard ar chain", "pard base chain", BRANCHES])
+def test_dependent_draws_resolve_a_three_point_error(name):
     """With DRAWS_OF draws, every cell's bound (false-failure 1e-6 over the 64 cells) is under 2 points, so an error
     of 3 points in any cell puts the cell past its bound unless the sample strays 1 point the other way (a
     deviation of several standard deviations at this n)."""
-    counts, exact, _ = cached_run("pard ar chain")
+    counts, exact, _ = cached_run(name)
     n = int(counts.sum())
     radius = bernstein_radius(exact.double().flatten(), n, DELTA / exact.numel())
-    assert n == DRAWS_OF["pard ar chain"] and float(radius.max()) < 0.02, float(radius.max())
+    assert n == DRAWS_OF[name] and float(radius.max()) < 0.02, float(radius.max())
 
 
 def _pit(trees, transform=None):
@@ -436,6 +449,7 @@ def _pit(trees, transform=None):
         "pard ar past the block",
         "pard base chain",
         "pard base adaptive",
+        "pard base branches, top-p, repetition penalty",
     ],
 )
 def test_q_handed_to_acceptance_is_the_distribution_drafts_were_drawn_from(name):
@@ -448,3 +462,53 @@ def test_q_handed_to_acceptance_is_the_distribution_drafts_were_drawn_from(name)
     # 5-60 for the shifted q on every case); the per-cell tests above catch temperature slips.
     shifted = _pit(trees, lambda q: q.roll(1, -1))
     assert dkw_uniform_excess(shifted, DELTA) > 1.0
+
+
+def _first_sibling_q(trees):
+    """PIT of every later child (a sibling drawn before it) of the branches case under its parent's plain q (the
+    first child's row) instead of the row it carries, and of the same nodes under their own rows."""
+    g = torch.Generator().manual_seed(5)
+    wrong, right = [], []
+    for tree in trees:
+        kids = tree.children()
+        for siblings in kids:
+            for later in siblings[1:]:
+                token, plain, own = tree.tokens[later], tree.q[tree.q_of[siblings[0]]], tree.q[tree.q_of[later]]
+                u = torch.rand((), generator=g)
+                wrong.append(float(plain[:token].sum() + u * plain[token]))
+                right.append(float(own[:token].sum() + u * own[token]))
+    return torch.tensor(wrong), torch.tensor(right)
+
+
+def test_merged_branches_handed_the_plain_q_for_later_children_are_caught():
+    """Negative control of merged branches: a later child is the first draw that differs from its siblings before
+    it, so it is drawn from q without them; handed the plain q, its PIT is not uniform (false-failure 1e-6)."""
+    _, _, trees = cached_run(BRANCHES)
+    wrong, right = _first_sibling_q(trees)
+    assert right.numel() > 1000, right.numel()
+    assert dkw_uniform_excess(right, DELTA) <= 1.0
+    assert dkw_uniform_excess(wrong, DELTA) > 1.0
+
+
+def test_merged_branches_part_and_stop_per_node():
+    """The branches case above held while its trees parted at depths 1 and 2 (nodes with several children), and no
+    node holds children after a token its q gave less than the stop (0.3)."""
+    _, _, trees = cached_run(BRANCHES)
+    parted = set()
+    for tree in trees:
+        depths, kids = tree.depths(), tree.children()
+        for node, children in enumerate(kids[1:]):
+            if children:
+                q = tree.q[tree.q_of[kids[tree.parents[node] + 1][0]]]  # the plain q the node was drawn from
+                assert float(q[tree.tokens[node]]) >= 0.3
+        parted |= {0 if p < 0 else depths[p] for p in tree.parents if len(kids[p + 1]) > 1}
+    assert {0, 1} <= parted, parted
+
+
+def test_without_earlier_is_the_law_of_the_first_new_draw():
+    """Row i is exact: P(first draw outside {t_0..t_{i-1}} = x) = q(x) / (1 - q(t_0..t_{i-1})), zero on those."""
+    q = torch.tensor([0.5, 0.3, 0.15, 0.05])
+    rows = without_earlier(q, [1, 0, 3])
+    assert torch.equal(rows[0], q)
+    assert torch.allclose(rows[1], torch.tensor([0.5, 0.0, 0.15, 0.05]) / 0.7)
+    assert torch.allclose(rows[2], torch.tensor([0.0, 0.0, 0.75, 0.25]))

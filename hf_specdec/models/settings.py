@@ -20,6 +20,7 @@ _MINIMUM = {  # integer fields: the smallest allowed value and what it means
     "sample_branches": (1, "1 = a chain"),
     "sampled_ar_drafts": (1, "1 = one parallel pass"),
     "sampled_base_drafts": (0, "0 = off"),
+    "sampled_base_branches": (1, "1 = one chain"),
     "prompt_lookup_tokens": (0, "0 = off"),
     "prompt_lookup_ngram": (1, "longest suffix n-gram"),
 }
@@ -65,7 +66,8 @@ class DecodingSettings:
             and verifies them with speculative sampling using that q; "argmax" drafts the argmax (q one-hot) and
             keeps target samples that match (transformers' stock loop).
         sample_branches: with "exact" sampling, i.i.d. draws from q per depth; the first continues the chain, the
-            others are side leaves tried after it (multi-draft speculative sampling). 1 = a chain.
+            others are side leaves tried after it (multi-draft speculative sampling). 1 = a chain. Base-LM chains
+            take `sampled_base_branches` instead.
         sampled_ar_drafts: with "exact" sampling on a causal-LM drafter (PARD), the first N drafts are sampled one
             drafter pass each, every pass reading the drafts sampled before it, so a sampled block hangs together
             (q of draft d is the LM's conditional given drafts 1..d-1); the drafts after them come from the last
@@ -87,6 +89,10 @@ class DecodingSettings:
             (docs/verification.md 1.4). With budget "auto" it is one more choice beside 1..`sampled_ar_drafts`,
             judged by its realized rate; with "fixed" every sampled block is such a chain. 0 = off.
         sampled_base_stop: the threshold that ends a base-LM chain (see `sampled_base_drafts`); 0 = never.
+        sampled_base_branches: base-LM chains drawn i.i.d. per block, merged where they agree (a trie verified in one
+            target pass, multi-draft speculative sampling over whole branches): each node's children are the
+            distinct draws of the chains through it, each carrying q without its earlier siblings, and a node is
+            drafted on only if its own q reached `sampled_base_stop` (`models/pard/base_chain.py`). 1 = one chain.
         prompt_lookup_tokens: length of an extra branch copied from the prompt or output after the longest
             matching suffix n-gram (prompt lookup decoding); 0 = off.
         prompt_lookup_ngram: longest suffix n-gram looked up.
@@ -104,6 +110,7 @@ class DecodingSettings:
     sampled_ar_stop: float = 0.0
     sampled_base_drafts: int = 0
     sampled_base_stop: float = 0.4
+    sampled_base_branches: int = 1
     prompt_lookup_tokens: int = 0
     prompt_lookup_ngram: int = 3
     budget: str = "auto"

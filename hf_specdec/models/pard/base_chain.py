@@ -3,13 +3,22 @@
 A PARD adapter is trained on the target's argmax, so near T=1 its q is sharper than the target's p and overlaps it
 less than the base LM it was adapted from (docs/verification.md 1.4). The base LM is a causal LM of the same
 tokenizer, so a chain of single-token passes over it has an exact q per draft: its conditional given the committed
-tokens and the drafts before. Per block (T committed tokens, the anchor last):
+tokens and the drafts before. With `sampled_base_branches = M > 1` a block holds M such chains, drawn i.i.d. and merged
+where they agree (a trie): SpecInfer's multi-draft speculative sampling over whole branches. Per block (T committed
+tokens, the anchor last):
 
-1) feed the committed tokens the base LM's own cache lacks (anchor included): its output at the anchor scores draft 1;
-2) draw draft d from q_d (the processed conditional, with the drafter's head rows); feed it for draft d + 1; stop
-   after k drafts or after a draft whose q was below `sampled_base_stop` (one host read per pass);
-3) crop the cache back to the T committed tokens.
+1) feed the committed tokens the base LM's own cache lacks (anchor included): its output at the anchor scores the
+   root's children;
+2) at every open node v (the root first) that n chains pass through, draw n tokens i.i.d. from q_v (the processed
+   conditional given v's path, with the drafter's head rows); the distinct ones become v's children in order of
+   first draw, child i carrying q_v without children 1..i-1, renormalised (`without_earlier`: given the draws before,
+   the first new one is drawn from exactly that), and as many chains as drew it;
+3) a child stays open unless it is at depth k or its token had q_v below `sampled_base_stop`; feed every open node
+   in one pass (tree-masked once the chains part), repeat 2); one host read per pass;
+4) crop the cache back to the T committed tokens.
 
+Lossless: at each node the children are independent draws, each from the q it carries, given the path and the
+siblings tried before it; how many there are depends only on draws already made (docs/verification.md 1.4).
 The base LM keeps a cache of its own: it never reads the adapter's (their keys and values differ).
 """
 
@@ -22,7 +31,19 @@ import torch.nn.functional as F
 from transformers import DynamicCache, LogitsProcessorList, PreTrainedModel
 
 from ...verification.processed import probabilities, process_rows
-from ...verification.tree import DraftTree
+from ...verification.tree import DraftTree, mask_for_attention
+
+
+def without_earlier(q: torch.Tensor, tokens: list[int]) -> list[torch.Tensor]:
+    """(V,) rows for distinct i.i.d. draws `tokens` from `q` (V,), in order of first draw: row i is q with tokens
+    0..i-1 removed and renormalised, the law of the first draw that differs from those before it."""
+    rows, q_i = [q], q
+    for token in tokens[:-1]:
+        q_i = q_i.clone()
+        q_i[token] = 0.0
+        q_i = q_i / q_i.sum()
+        rows.append(q_i)
+    return rows
 
 
 class BaseChain:
@@ -38,32 +59,72 @@ class BaseChain:
     def sampled_tree(
         self, input_ids: torch.LongTensor, k: int, branches: int, logits_processor: LogitsProcessorList | None
     ) -> DraftTree:
-        """Up to `k` drafts of a dependent chain (steps 1-3 of the module docstring), `branches` i.i.d. draws per
-        depth (the first continues the chain); the tree carries the q every node was drawn from."""
+        """Up to `k` drafts deep, `branches` i.i.d. chains merged where they agree (steps 1-4 of the module
+        docstring); the tree carries the q every node was drawn from."""
         g, T = self.generator, input_ids.shape[1]
         device = self.lm.device
         cached = self.cache.get_seq_length()
         feed = g.known(input_ids[:, cached:].to(device))  # (1, T - cached) tokens the cache lacks, anchor last
-        ids, rows, picks = input_ids, [], []
+        positions = torch.arange(cached, T, device=device)[None]  # (1, T - cached)
+        tree, rows, mask = DraftTree(), [], None
+        slot = {-1: T - 1}  # node -> its cache slot (the root: the anchor's)
+        opened = [(-1, branches, input_ids)]  # (node, chains through it, its context (1, T + depth))
         for d in range(k):
-            # 1) / 2) one pass over what the cache lacks; its last output scores draft d + 1
-            positions = torch.arange(cached, cached + feed.shape[1], device=device)[None]  # (1, fed)
-            out = self.decoder(input_ids=feed, position_ids=positions, use_cache=True, **{self.cache_arg: self.cache})
-            cached += feed.shape[1]
-            hidden = out.last_hidden_state[:, -1]  # (1, H)
-            scores = g.full_vocab_logits(F.linear(hidden, g.head_weight, g.head_bias))  # (1, V)
+            # 1) / 3) one pass over what the cache lacks; its last len(opened) outputs score the open nodes' children
+            out = self.decoder(
+                input_ids=feed,
+                position_ids=positions,
+                attention_mask=mask,
+                use_cache=True,
+                **{self.cache_arg: self.cache},
+            )
+            hidden = out.last_hidden_state[0, -len(opened) :]  # (O, H)
+            scores = g.full_vocab_logits(F.linear(hidden, g.head_weight, g.head_bias))  # (O, V)
             scores = scores.float().to(input_ids.device)
-            q_d = probabilities(process_rows(logits_processor, scores, lambda r, ids=ids: ids))  # (1, V)
-            pick = torch.multinomial(q_d, branches, replacement=True)  # (1, branches)
-            ids = torch.cat([ids, pick[:, :1]], dim=-1)
-            rows.append(q_d)
-            picks.append(pick)
-            if d == k - 1 or (self.stop > 0 and float(q_d[0, pick[0, 0]]) < self.stop):
-                break  # the last draft, or one the base LM doubts: no pass is paid after it
-            feed = g.known(pick[:, :1].to(device))  # (1, 1) draft d + 1, fed for draft d + 2
-        if cached > T:
-            self.cache.crop(T - cached)  # 3) the committed tokens only
-        return DraftTree.sampled_chain(torch.cat(picks).tolist(), torch.cat(rows))
+            q = probabilities(process_rows(logits_processor, scores, lambda r, opened=opened: opened[r][2]))  # (O, V)
+            draws = torch.multinomial(q, max(n for _, n, _ in opened), replacement=True)  # (O, most chains)
+            picked = torch.gather(q, 1, draws)  # (O, most chains) q of each draw, for the stop
+            draws, picked = draws.tolist(), picked.tolist()  # 2) the one host read of this pass
+            nxt = []
+            for r, (node, n, context) in enumerate(opened):
+                counts: dict[int, int] = {}
+                for token in draws[r][:n]:
+                    counts[token] = counts.get(token, 0) + 1
+                tokens = list(counts)
+                for token, row in zip(tokens, without_earlier(q[r], tokens), strict=True):
+                    rows.append(row)
+                    child = tree.add(token, node, q_row=len(rows) - 1)
+                    doubted = self.stop > 0 and picked[r][draws[r].index(token)] < self.stop
+                    if d < k - 1 and not doubted:
+                        nxt.append((child, counts[token], torch.cat([context, context.new_tensor([[token]])], -1)))
+            if not nxt:
+                break  # no open node: no pass is paid after the last drafts
+            feed, positions, mask = self._next_pass(tree, nxt, slot, T, d, device)
+            opened = nxt
+        fed = self.cache.get_seq_length() - T  # drafts fed
+        if fed:
+            self.cache.crop(-fed)  # 4) the committed tokens only
+        tree.q = torch.stack(rows) if rows else None  # (nodes, V): node i was drawn from row q_of[i]
+        return tree
+
+    def _next_pass(self, tree: DraftTree, opened: list, slot: dict[int, int], T: int, d: int, device):
+        """(1, O) the open nodes' tokens (drafts d + 1 after T committed tokens), (1, O) positions and the mask
+        (None while the drafts fed are one chain: the cache's own causal order). Each open node sees the committed
+        tokens, its fed ancestors and itself."""
+        start = self.cache.get_seq_length()
+        nodes = [node for node, _, _ in opened]
+        for i, node in enumerate(nodes):
+            slot[node] = start + i
+        feed = torch.tensor([[tree.tokens[node] for node in nodes]], device=device)  # (1, O)
+        positions = torch.full((1, len(nodes)), T + d, device=device)  # (1, O)
+        if len(slot) - 1 == len(tree.path_to(nodes[0])) and len(nodes) == 1:
+            return feed, positions, None  # every node fed so far lies on this node's path
+        allowed = torch.zeros(len(nodes), start + len(nodes), dtype=torch.bool)  # (O, C + O) True = attend
+        allowed[:, :T] = True
+        for i, node in enumerate(nodes):
+            allowed[i, [slot[a] for a in tree.path_to(node)]] = True
+        mask = mask_for_attention(allowed.to(device), self.lm.config._attn_implementation, self.lm.dtype)
+        return feed, positions, mask
 
 
-__all__ = ["BaseChain"]
+__all__ = ["BaseChain", "without_earlier"]

@@ -64,6 +64,7 @@ class PardCandidateGenerator(BlockDraftCandidateGenerator):
         self.ar_drafts = settings.sampled_ar_drafts  # sampled drafts that get a drafter pass each (at most, "auto")
         self.ar_stop = settings.sampled_ar_stop  # a dependent block ends after a draft of q below this
         self.base_drafts = settings.sampled_base_drafts  # a base-LM chain's drafts at most (0: none)
+        self.base_branches = settings.sampled_base_branches  # i.i.d. base-LM chains per block, merged
         self.base_chain = None
         if self.base_drafts:
             if drafter.base_lm is None:
@@ -213,7 +214,8 @@ class PardCandidateGenerator(BlockDraftCandidateGenerator):
         if m == "base":
             self.ready = None  # a batch's shared adapter pass, unused by this row
             self.caught_up = input_ids.shape[1] - self.base_chain.cache.get_seq_length()
-            return self.base_chain.sampled_tree(input_ids, min(k, self.base_drafts), branches, logits_processor)
+            k = min(k, self.base_drafts)
+            return self.base_chain.sampled_tree(input_ids, k, self.base_branches, logits_processor)
         m = min(m, k)
         if m <= 1:
             return super().sampled_tree(input_ids, min(k, self.block_size - 1), branches, logits_processor)
