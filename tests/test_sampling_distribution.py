@@ -18,11 +18,14 @@ which those deeper drafts decide.
 
 The base-LM chain cases (`sampled_base_drafts`) draw from a second causal LM, the drafter's `base_lm`, one pass
 each, and end after a draft its q gave less than the stop; one with the fixed budget (every sampled block such a
-chain, 16000 draws: a 3-point error in any cell is caught), one with the adaptive budget choosing it or 1..3
-adapter drafts per block. Their negative control hands acceptance the adapter LM's conditionals for the base LM's
-draws (the two models mixed up). One more draws three i.i.d. base-LM chains per block, merged where they agree
-(16000 draws, under top-p and repetition penalty); a node's later children carry q without the children drawn before
-them, and the control hands them the plain q instead (what merging equal draws without that correction would do).
+chain, 16000 draws: a 3-point error in any cell is caught), through int8 copies of the base LM's linear layers and
+with q over each row's 2 most likely tokens (`sampled_base_weights`, `sampled_base_topk`), one with the adaptive
+budget choosing it (as loaded, whole rows) or 1..3 adapter drafts per block. Their negative controls hand
+acceptance the adapter LM's conditionals for the base LM's draws (the two models mixed up), or the whole row's q
+for draws from its top 2 (the truncation forgotten). One more draws three i.i.d. base-LM chains per block, merged
+where they agree (16000 draws, under top-p and repetition penalty); a node's later children carry q without the
+children drawn before them, and the control hands them the plain q instead (what merging equal draws without that
+correction would do).
 """
 
 from __future__ import annotations
@@ -52,16 +55,17 @@ from hf_specdec import (
     PardDrafter,
 )
 from hf_specdec.decoding import step
-from hf_specdec.models.pard.base_chain import without_earlier
+from hf_specdec.models.pard.base_chain import BaseChain, without_earlier
 from hf_specdec.models.pard.generation_pard import PardCandidateGenerator
-from hf_specdec.verification.processed import call_temperature
+from hf_specdec.verification.processed import call_temperature, probabilities, process_rows
 
 V = 8
 DRAWS = 1000
 # the default dependent-draft rule gets enough draws that a 3-point error in any cell of the joint exceeds its bound
 # (`test_ar_draws_resolve_a_three_point_error` checks the bound's radius)
 BRANCHES = "pard base branches, top-p, repetition penalty"
-DRAWS_OF = {"pard ar chain": 16000, "pard base chain": 16000, BRANCHES: 16000}
+CHEAP = "pard base chain, int8, top-2"
+DRAWS_OF = {"pard ar chain": 16000, CHEAP: 16000, BRANCHES: 16000}
 DELTA = 1e-6
 PROMPT = torch.tensor([[1, 3, 4, 5, 3, 4, 6]])
 CPU = torch.device("cpu")
@@ -103,7 +107,19 @@ CASES = {
     # a dependent chain past the block: block 3 (2 drafts), 3 AR drafts and one mask draft after them (4 deep)
     "pard ar past the block": (DecodingSettings(budget="fixed", sampled_ar_drafts=3), 1.0, None),
     # chains from the drafter's base LM (another causal LM): every block (fixed), or chosen per block (auto)
-    "pard base chain": (DecodingSettings(budget="fixed", sampled_base_drafts=3, sampled_base_stop=0.3), 1.0, None),
+    # (the fixed chain through int8 copies of the base LM, q over each row's 2 most likely tokens of the 8; the
+    # adaptive case and the branches' trie run the base LM as loaded, q over whole rows)
+    CHEAP: (
+        DecodingSettings(
+            budget="fixed",
+            sampled_base_drafts=3,
+            sampled_base_stop=0.3,
+            sampled_base_topk=2,
+            sampled_base_weights="int8",
+        ),
+        1.0,
+        None,
+    ),
     "pard base adaptive": (DecodingSettings(budget="auto", sampled_ar_drafts=3, sampled_base_drafts=3), 0.8, None),
     # three i.i.d. base-LM chains per block merged where they agree (a trie of whole sampled branches)
     "pard base branches, top-p, repetition penalty": (
@@ -118,7 +134,7 @@ LONGER = {
     "pard ar + mask tail, top-p, repetition penalty": {"top_p": 0.95, "repetition_penalty": 1.3},
     "pard ar adaptive": {},
     "pard ar stop": {},
-    "pard base chain": {},
+    CHEAP: {},
     "pard base adaptive": {},
     "pard base branches, top-p, repetition penalty": {"top_p": 0.95, "repetition_penalty": 1.3},
 }
@@ -197,6 +213,29 @@ class AdapterQPardDrafter(PardDrafter):
 
 
 hf_specdec.register_drafter_kind(AdapterQPardDrafter, AdapterQGenerator)
+
+
+class WholeRowQChain(BaseChain):
+    """Draws from the top-K q (`sampled_base_topk`) but hands acceptance the whole processed row's q."""
+
+    def _draft_rows(self, scores, logits_processor, opened):
+        q, ids = super()._draft_rows(scores, logits_processor, opened)
+        whole = probabilities(process_rows(logits_processor, scores, lambda r: opened[r][2]))  # (O, V)
+        return whole, ids  # the draws still come from q's K ids, renormalised
+
+
+class WholeRowQGenerator(PardCandidateGenerator):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        chain = self.base_chain
+        self.base_chain = WholeRowQChain(chain.lm, self, chain.stop, chain.topk, int8=False)
+
+
+class WholeRowQPardDrafter(PardDrafter):
+    pass
+
+
+hf_specdec.register_drafter_kind(WholeRowQPardDrafter, WholeRowQGenerator)
 
 
 def _processors(temperature, top_k, top_p=None, repetition_penalty=None):
@@ -330,8 +369,27 @@ def test_ar_drafts_handed_the_parallel_passs_q_are_caught():
 def test_base_chains_handed_the_adapters_q_are_caught():
     """Negative control of the base-LM chain: drafts sampled from the base LM, acceptance handed the adapter LM's
     conditionals for them (the two models mixed up)."""
-    counts, exact, _ = cached_run("pard base chain", AdapterQPardDrafter, draws=4000)
+    counts, exact, _ = cached_run(CHEAP, AdapterQPardDrafter, draws=4000)
     assert max(excesses(counts, exact)) > 1.0
+
+
+def test_top_k_base_chains_handed_the_whole_rows_q_are_caught():
+    """Negative control of `sampled_base_topk`: drafts drawn from q over each row's 2 most likely tokens, acceptance
+    handed the whole processed row's q (what forgetting the truncation would do), caught by the PIT."""
+    _, _, trees = cached_run(CHEAP, WholeRowQPardDrafter, draws=1000)
+    assert dkw_uniform_excess(_pit(trees), DELTA) > 1.0
+
+
+def test_cheap_base_chains_draw_from_int8_layers_and_two_tokens_a_row():
+    """The int8 top-2 case above drew from q rows of at most 2 tokens each, every draft one of its row's, through
+    int8 copies of the base LM's linear layers (its embeddings shared, not copied)."""
+    _, _, trees = cached_run(CHEAP)
+    rows = [tree.q for tree in trees if tree.q is not None]
+    assert len(rows) > 1000 and all(int((q > 0).sum(-1).max()) <= 2 for q in rows)
+    drafter = DRAFTERS[CHEAP, BlockDrafter]
+    quantized = drafter.__dict__["_int8_base"][1]
+    assert not any(isinstance(m, torch.nn.Linear) for m in quantized.modules())
+    assert quantized.get_input_embeddings().weight is drafter.base_lm.get_input_embeddings().weight
 
 
 def test_the_adaptive_choice_ran_base_chains_and_adapter_drafts():
@@ -345,7 +403,7 @@ def test_the_adaptive_choice_ran_base_chains_and_adapter_drafts():
 def test_base_chains_run_their_own_passes_and_stop_at_a_doubted_draft():
     """The fixed base case above drew every sampled block from the base LM (not the adapter: its q differs), and no
     block holds a draft after one its q gave less than the stop (0.3)."""
-    _, _, trees = cached_run("pard base chain")
+    _, _, trees = cached_run(CHEAP)
     ends = set()
     for tree in trees:
         if tree.q is None or not len(tree):
@@ -403,7 +461,7 @@ def test_a_dependent_chain_runs_past_the_block():
     assert deep >= DRAWS and accepted >= 20, (deep, accepted)  # about 60 expected
 
 
-@pytest.mark.parametrize("name", ["pard ar chain", "pard base chain", BRANCHES])
+@pytest.mark.parametrize("name", ["pard ar chain", CHEAP, BRANCHES])
 def test_dependent_draws_resolve_a_three_point_error(name):
     """With DRAWS_OF draws, every cell's bound (false-failure 1e-6 over the 64 cells) is under 2 points, so an error
     of 3 points in any cell puts the cell past its bound unless the sample strays 1 point the other way (a
@@ -447,7 +505,7 @@ def _pit(trees, transform=None):
         "pard ar adaptive",
         "pard ar stop",
         "pard ar past the block",
-        "pard base chain",
+        CHEAP,
         "pard base adaptive",
         "pard base branches, top-p, repetition penalty",
     ],

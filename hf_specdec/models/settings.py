@@ -13,7 +13,8 @@ from dataclasses import asdict, dataclass, fields
 
 _DRAFT_MODES = ("exact", "argmax")
 _BUDGETS = ("fixed", "auto")
-_CHOICES = {"sampled_drafts": _DRAFT_MODES, "budget": _BUDGETS}
+_WEIGHTS = ("as_loaded", "int8")
+_CHOICES = {"sampled_drafts": _DRAFT_MODES, "budget": _BUDGETS, "sampled_base_weights": _WEIGHTS}
 _MINIMUM = {  # integer fields: the smallest allowed value and what it means
     "tree_budget": (0, "0 = chain"),
     "tree_topk": (1, "candidates per position"),
@@ -21,6 +22,7 @@ _MINIMUM = {  # integer fields: the smallest allowed value and what it means
     "sampled_ar_drafts": (1, "1 = one parallel pass"),
     "sampled_base_drafts": (0, "0 = off"),
     "sampled_base_branches": (1, "1 = one chain"),
+    "sampled_base_topk": (0, "0 = the whole processed row"),
     "prompt_lookup_tokens": (0, "0 = off"),
     "prompt_lookup_ngram": (1, "longest suffix n-gram"),
 }
@@ -93,6 +95,13 @@ class DecodingSettings:
             target pass, multi-draft speculative sampling over whole branches): each node's children are the
             distinct draws of the chains through it, each carrying q without its earlier siblings, and a node is
             drafted on only if its own q reached `sampled_base_stop` (`models/pard/base_chain.py`). 1 = one chain.
+        sampled_base_topk: a base-LM chain draws from q over the K most likely tokens of its row, the call's
+            truncating warpers (top-k, top-p, min-p, ...) applied to those K: a full-vocabulary sort per draft
+            (about 18 ms on a 2-core CPU) becomes a top-K. q is still what the draft was drawn from, so the output is
+            unchanged; only acceptance can move. 0 = the whole processed row.
+        sampled_base_weights: "int8" runs base-LM chains through weight-only int8 copies of its linear layers and
+            head rows where torch has the kernel (the CPU; elsewhere as loaded): a one-token pass reads half the
+            bytes. "as_loaded" keeps the base LM's own dtype.
         prompt_lookup_tokens: length of an extra branch copied from the prompt or output after the longest
             matching suffix n-gram (prompt lookup decoding); 0 = off.
         prompt_lookup_ngram: longest suffix n-gram looked up.
@@ -111,6 +120,8 @@ class DecodingSettings:
     sampled_base_drafts: int = 0
     sampled_base_stop: float = 0.4
     sampled_base_branches: int = 1
+    sampled_base_topk: int = 0
+    sampled_base_weights: str = "as_loaded"
     prompt_lookup_tokens: int = 0
     prompt_lookup_ngram: int = 3
     budget: str = "auto"

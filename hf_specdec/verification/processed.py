@@ -25,6 +25,16 @@ from transformers.generation.logits_process import (
     TypicalLogitsWarper,
 )
 
+# warpers that only remove tokens by the scores' order or shape, never by id: they may run on a row's top K alone
+_TRUNCATING = (
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+    MinPLogitsWarper,
+    TypicalLogitsWarper,
+    EpsilonLogitsWarper,
+    EtaLogitsWarper,
+)
+
 _HISTORY_FREE = (
     TemperatureLogitsWarper,
     TopKLogitsWarper,
@@ -81,9 +91,33 @@ def call_temperature(logits_processor: LogitsProcessorList | None) -> float:
     return 1.0
 
 
+def top_probabilities(
+    logits_processor: LogitsProcessorList | None,
+    logits: torch.Tensor,
+    context_of: Callable[[int], torch.LongTensor],
+    k: int,
+) -> tuple[torch.LongTensor, torch.Tensor]:
+    """A draft distribution over each row's `k` most likely tokens: (N, k) token ids and (N, k) probabilities (rows
+    sum to 1). The processors before the trailing truncating warpers (repetition penalty, temperature, ...) run on
+    the whole row; the truncating warpers (top-k, top-p, min-p, ...) on its top `k` scores, so no full-vocabulary
+    sort is paid. A list whose truncating warpers do not all come last is applied whole first. A q for drafting:
+    acceptance must read this q, not the processed row's."""
+    procs = list(logits_processor or ())
+    cut = len(procs)
+    while cut and isinstance(procs[cut - 1], _TRUNCATING):
+        cut -= 1
+    if any(isinstance(proc, _TRUNCATING) for proc in procs[:cut]):
+        cut = len(procs)
+    scores = process_rows(LogitsProcessorList(procs[:cut]), logits, context_of)  # (N, V)
+    top, ids = scores.topk(min(k, scores.shape[-1]), dim=-1)  # (N, k) in descending order
+    if cut < len(procs):
+        top = LogitsProcessorList(procs[cut:])(context_of(0), top)
+    return ids, probabilities(top)
+
+
 def probabilities(scores: torch.Tensor) -> torch.Tensor:
     """softmax in float32 (-inf scores, e.g. outside top-k, get probability 0)."""
     return torch.softmax(scores.float(), dim=-1)
 
 
-__all__ = ["call_temperature", "history_free", "probabilities", "process_rows"]
+__all__ = ["call_temperature", "history_free", "probabilities", "process_rows", "top_probabilities"]

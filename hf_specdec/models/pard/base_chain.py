@@ -10,7 +10,8 @@ tokens, the anchor last):
 1) feed the committed tokens the base LM's own cache lacks (anchor included): its output at the anchor scores the
    root's children;
 2) at every open node v (the root first) that n chains pass through, draw n tokens i.i.d. from q_v (the processed
-   conditional given v's path, with the drafter's head rows); the distinct ones become v's children in order of
+   conditional given v's path, with the drafter's head rows; with `sampled_base_topk` = K over its K most likely
+   tokens, `top_probabilities`); the distinct ones become v's children in order of
    first draw, child i carrying q_v without children 1..i-1, renormalised (`without_earlier`: given the draws before,
    the first new one is drawn from exactly that), and as many chains as drew it;
 3) a child stays open unless it is at depth k or its token had q_v below `sampled_base_stop`; feed every open node
@@ -19,7 +20,8 @@ tokens, the anchor last):
 
 Lossless: at each node the children are independent draws, each from the q it carries, given the path and the
 siblings tried before it; how many there are depends only on draws already made (docs/verification.md 1.4).
-The base LM keeps a cache of its own: it never reads the adapter's (their keys and values differ).
+The base LM keeps a cache of its own: it never reads the adapter's (their keys and values differ). With
+`sampled_base_weights="int8"` its passes and head run through weight-only int8 copies (`models/int8_weights.py`).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache, LogitsProcessorList, PreTrainedModel
 
-from ...verification.processed import probabilities, process_rows
+from ...verification.processed import probabilities, process_rows, top_probabilities
 from ...verification.tree import DraftTree, mask_for_attention
 
 
@@ -49,9 +51,14 @@ def without_earlier(q: torch.Tensor, tokens: list[int]) -> list[torch.Tensor]:
 class BaseChain:
     """One generation's base-LM chains: the base LM, its cache, and the generator's scoring (head rows, vocabulary)."""
 
-    def __init__(self, lm: PreTrainedModel, generator, stop: float) -> None:
+    def __init__(self, lm: PreTrainedModel, generator, stop: float, topk: int = 0, int8: bool = False) -> None:
         self.lm, self.generator, self.stop = lm, generator, stop
-        self.decoder = lm.get_decoder()
+        self.topk = topk  # q over each row's K most likely tokens (0: the whole processed row)
+        g = generator
+        self.decoder, self.head = lm.get_decoder(), lambda h: F.linear(h, g.head_weight, g.head_bias)
+        if int8:
+            quantized, head = g.drafter.int8_base(g.head_weight, g.head_bias)
+            self.decoder, self.head = quantized.get_decoder(), head
         params = inspect.signature(self.decoder.forward).parameters
         self.cache_arg = "cache" if "cache" in params else "past_key_values"
         self.cache = DynamicCache()
@@ -79,12 +86,14 @@ class BaseChain:
                 **{self.cache_arg: self.cache},
             )
             hidden = out.last_hidden_state[0, -len(opened) :]  # (O, H)
-            scores = g.full_vocab_logits(F.linear(hidden, g.head_weight, g.head_bias))  # (O, V)
-            scores = scores.float().to(input_ids.device)
-            q = probabilities(process_rows(logits_processor, scores, lambda r, opened=opened: opened[r][2]))  # (O, V)
-            draws = torch.multinomial(q, max(n for _, n, _ in opened), replacement=True)  # (O, most chains)
-            picked = torch.gather(q, 1, draws)  # (O, most chains) q of each draw, for the stop
-            draws, picked = draws.tolist(), picked.tolist()  # 2) the one host read of this pass
+            scores = g.full_vocab_logits(self.head(hidden)).float().to(input_ids.device)  # (O, V)
+            q, ids = self._draft_rows(scores, logits_processor, opened)  # (O, V) q; (O, K) ids it lives on, or None
+            q_top = q if ids is None else torch.gather(q, 1, ids)  # (O, V or K)
+            picks = torch.multinomial(q_top, max(n for _, n, _ in opened), replacement=True)  # (O, most chains)
+            picked = torch.gather(q_top, 1, picks)  # (O, most chains) q of each draw, for the stop
+            if ids is not None:
+                picks = torch.gather(ids, 1, picks)  # (O, most chains) token ids
+            draws, picked = picks.tolist(), picked.tolist()  # 2) the one host read of this pass
             nxt = []
             for r, (node, n, context) in enumerate(opened):
                 counts: dict[int, int] = {}
@@ -106,6 +115,14 @@ class BaseChain:
             self.cache.crop(-fed)  # 4) the committed tokens only
         tree.q = torch.stack(rows) if rows else None  # (nodes, V): node i was drawn from row q_of[i]
         return tree
+
+    def _draft_rows(self, scores: torch.Tensor, logits_processor, opened: list) -> tuple[torch.Tensor, torch.Tensor]:
+        """(O, V) q of the open nodes' children and, with `topk`, (O, K) the ids it lives on (else None)."""
+        context_of = lambda r: opened[r][2]  # noqa: E731 (the row's path)
+        if not self.topk:
+            return probabilities(process_rows(logits_processor, scores, context_of)), None
+        ids, q_top = top_probabilities(logits_processor, scores, context_of, self.topk)  # (O, K), (O, K)
+        return torch.zeros_like(scores).scatter_(1, ids, q_top), ids
 
     def _next_pass(self, tree: DraftTree, opened: list, slot: dict[int, int], T: int, d: int, device):
         """(1, O) the open nodes' tokens (drafts d + 1 after T committed tokens), (1, O) positions and the mask

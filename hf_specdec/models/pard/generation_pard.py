@@ -37,6 +37,7 @@ from transformers import DynamicCache, GenerationConfig, LogitsProcessorList, Pr
 from ...verification.processed import probabilities, process_rows
 from ...verification.tree import DraftTree, mask_for_attention
 from ..block_drafter.generation_block_drafter import BlockDraftCandidateGenerator
+from ..int8_weights import int8_available
 from ..padding import left_pad, length_groups
 from ..registry import head_of
 from .ar_choice import CATCH_UP, choice_of
@@ -77,7 +78,8 @@ class PardCandidateGenerator(BlockDraftCandidateGenerator):
             base = drafter.base_lm
             if base.device != drafter.device or base.dtype != drafter.dtype:  # the drafter was moved after load
                 base.to(device=drafter.device, dtype=drafter.dtype)
-            self.base_chain = BaseChain(base, self, settings.sampled_base_stop)
+            int8 = settings.sampled_base_weights == "int8" and int8_available(drafter.device)
+            self.base_chain = BaseChain(base, self, settings.sampled_base_stop, settings.sampled_base_topk, int8)
         # the adaptive budget also picks that count (or a base-LM chain) per step (ar_choice.py); None: the setting
         adaptive = settings.budget == "auto" and (self.ar_drafts > 1 or self.base_drafts > 0)
         self.ar_choice = choice_of(drafter, self.ar_drafts, self.base_drafts > 0) if adaptive else None

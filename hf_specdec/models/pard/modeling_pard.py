@@ -27,6 +27,7 @@ from ..attach import HEAD_WEIGHTS, is_head_folder, load_head_folder
 from ..base_models import missing_base_hint, resolve_base_model
 from ..checkpoints import load_checked, read_config_dict, read_safetensors, readable
 from ..draft_vocab import checked_draft_vocab, vocab_bound
+from ..int8_weights import Int8Linear, int8_copy
 from ..peft_probe import quiet_peft_probe
 from ..registry import build_head, published_format
 from ..settings import SavedDecoding
@@ -89,6 +90,19 @@ class PardDrafter(SavedDecoding, PreTrainedModel):
                 "LM the drafter was adapted from"
             )
         self.__dict__["_base_lm"] = lm.eval()
+
+    def int8_base(self, head_weight: torch.Tensor, head_bias: torch.Tensor | None) -> tuple[nn.Module, nn.Module]:
+        """Weight-only int8 copies of `base_lm` (its linear layers; embeddings and norms shared) and of the head rows
+        `head_weight` (Vd, H) it scores with (`DecodingSettings.sampled_base_weights`). Built once per weight
+        version and kept on the drafter (never saved)."""
+        base = self.base_lm
+        first = next(base.parameters())
+        key = (first.data_ptr(), first.dtype, first.device, head_weight.data_ptr(), head_weight._version)
+        cached = self.__dict__.get("_int8_base")
+        if cached is None or cached[0] != key:
+            cached = (key, int8_copy(base), Int8Linear(head_weight, head_bias))
+            self.__dict__["_int8_base"] = cached
+        return cached[1], cached[2]
 
     def add_feature_injection(
         self, target_config, target_layer_ids: list[int], scale: float = 0.02, bias: bool = False

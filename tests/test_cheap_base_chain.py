@@ -1,0 +1,95 @@
+"""The pieces that make base-LM chains cheaper (`sampled_base_weights="int8"`, `sampled_base_topk`): int8 weight-only
+layers compute what their dequantized weights do, and the top-K draft q is the processed row's law over its top K
+whenever those K hold the row's whole nucleus. The sampling tests (test_sampling_distribution.py) check that chains
+drawn this way leave the output distribution the target's."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import tiny_target
+from transformers import (
+    LogitsProcessorList,
+    RepetitionPenaltyLogitsProcessor,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
+
+from hf_specdec import DecodingSettings
+from hf_specdec.models.int8_weights import Int8Linear, int8_available, int8_copy
+from hf_specdec.verification.processed import probabilities, process_rows, top_probabilities
+
+pytestmark = pytest.mark.skipif(not int8_available("cpu"), reason="torch lacks the CPU int8 weight-only kernel")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_int8_linear_computes_its_dequantized_weight_times_the_input(dtype):
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(64, 40).to(dtype)
+    q = Int8Linear(linear.weight, linear.bias)
+    x = torch.randn(3, 5, 64, dtype=dtype)  # (B, T, K)
+    want = x.float() @ q.dequantized().T + linear.bias.float()  # (B, T, N)
+    got = q(x)
+    assert got.shape == (3, 5, 40) and got.dtype == dtype
+    tol = 1e-4 if dtype == torch.float32 else 0.05
+    assert torch.allclose(got.float(), want, atol=tol, rtol=tol)
+    # one scale per row: each row's largest weight is stored as +-127
+    assert int(q.weight_int8.abs().amax(1).min()) == 127
+    assert float((q.dequantized() - linear.weight.float()).abs().max()) <= float(q.scale.float().max()) / 2 + 1e-3
+
+
+def test_int8_copy_replaces_every_linear_and_shares_the_rest():
+    lm = tiny_target("llama", vocab=32, layers=2)
+    quantized = int8_copy(lm)
+    assert not any(isinstance(m, torch.nn.Linear) for m in quantized.modules())
+    assert any(isinstance(m, torch.nn.Linear) for m in lm.modules())  # the original keeps its own layers
+    assert quantized.get_input_embeddings().weight is lm.get_input_embeddings().weight
+    ids = torch.tensor([[1, 5, 7, 3, 2]])
+    with torch.no_grad():
+        p, q = lm(ids).logits.softmax(-1), quantized(ids).logits.softmax(-1)  # (1, 5, V)
+    assert float(0.5 * (p - q).abs().sum(-1).max()) < 0.05  # the same model, rounded
+
+
+def _row(seed=0, V=50):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(2, V, generator=g) * 3  # (2, V) logits
+
+
+def test_top_k_q_is_the_processed_row_when_k_covers_the_nucleus():
+    logits = _row()
+    procs = LogitsProcessorList([TemperatureLogitsWarper(0.7), TopKLogitsWarper(5), TopPLogitsWarper(0.9)])
+    context = torch.tensor([[1, 2, 3]])
+    whole = probabilities(process_rows(procs, logits, lambda r: context))  # (2, V)
+    ids, q = top_probabilities(procs, logits, lambda r: context, k=8)  # (2, 8)
+    assert ids.shape == q.shape == (2, 8)
+    assert torch.allclose(torch.zeros_like(whole).scatter_(1, ids, q), whole, atol=1e-6)
+
+
+def test_top_k_q_applies_history_processors_to_the_whole_row_first():
+    """Repetition penalty reads token ids: it runs on the whole row, so the K kept are the penalised row's best."""
+    logits = torch.zeros(1, 10)
+    logits[0, 4], logits[0, 6] = 5.0, 4.0
+    procs = LogitsProcessorList([RepetitionPenaltyLogitsProcessor(100.0), TopPLogitsWarper(0.9)])
+    ids, q = top_probabilities(procs, logits, lambda r: torch.tensor([[4]]), k=2)  # 4 was said: penalised
+    assert int(ids[0, q[0].argmax()]) == 6
+    assert float(q.sum()) == pytest.approx(1.0)
+
+
+def test_top_k_q_renormalises_over_k_when_the_row_is_wider():
+    logits = _row(1)
+    ids, q = top_probabilities(LogitsProcessorList(), logits, lambda r: None, k=4)
+    full = logits.softmax(-1)
+    top = full.topk(4, -1)
+    assert torch.equal(ids, top.indices)
+    assert torch.allclose(q, top.values / top.values.sum(-1, keepdim=True), atol=1e-6)
+
+
+def test_cheap_base_chain_settings_are_checked():
+    assert DecodingSettings(sampled_base_topk=256, sampled_base_weights="int8").sampled_base_topk == 256
+    with pytest.raises(ValueError, match="sampled_base_weights"):
+        DecodingSettings(sampled_base_weights="int4")
+    with pytest.raises(ValueError, match="sampled_base_topk"):
+        DecodingSettings(sampled_base_topk=-1)
+    with pytest.raises(TypeError, match="sampled_base_topk"):
+        DecodingSettings(sampled_base_topk=2.5)
