@@ -219,9 +219,9 @@ class WholeRowQChain(BaseChain):
     """Draws from the top-K q (`sampled_base_topk`) but hands acceptance the whole processed row's q."""
 
     def _draft_rows(self, scores, logits_processor, opened):
-        q, ids = super()._draft_rows(scores, logits_processor, opened)
+        _, ids, q_top = super()._draft_rows(scores, logits_processor, opened)
         whole = probabilities(process_rows(logits_processor, scores, lambda r: opened[r][2]))  # (O, V)
-        return whole, ids  # the draws still come from q's K ids, renormalised
+        return whole, ids, q_top  # the draws still come from the top-K q
 
 
 class WholeRowQGenerator(PardCandidateGenerator):

@@ -35,15 +35,7 @@ _TRUNCATING = (
     EtaLogitsWarper,
 )
 
-_HISTORY_FREE = (
-    TemperatureLogitsWarper,
-    TopKLogitsWarper,
-    TopPLogitsWarper,
-    MinPLogitsWarper,
-    TypicalLogitsWarper,
-    EpsilonLogitsWarper,
-    EtaLogitsWarper,
-)
+_HISTORY_FREE = (TemperatureLogitsWarper, *_TRUNCATING)
 
 
 def history_free(logits_processor: LogitsProcessorList | None) -> bool:

@@ -87,8 +87,7 @@ class BaseChain:
             )
             hidden = out.last_hidden_state[0, -len(opened) :]  # (O, H)
             scores = g.full_vocab_logits(self.head(hidden)).float().to(input_ids.device)  # (O, V)
-            q, ids = self._draft_rows(scores, logits_processor, opened)  # (O, V) q; (O, K) ids it lives on, or None
-            q_top = q if ids is None else torch.gather(q, 1, ids)  # (O, V or K)
+            q, ids, q_top = self._draft_rows(scores, logits_processor, opened)  # (O, V) q; its (O, K) ids and mass
             picks = torch.multinomial(q_top, max(n for _, n, _ in opened), replacement=True)  # (O, most chains)
             picked = torch.gather(q_top, 1, picks)  # (O, most chains) q of each draw, for the stop
             if ids is not None:
@@ -116,13 +115,15 @@ class BaseChain:
         tree.q = torch.stack(rows) if rows else None  # (nodes, V): node i was drawn from row q_of[i]
         return tree
 
-    def _draft_rows(self, scores: torch.Tensor, logits_processor, opened: list) -> tuple[torch.Tensor, torch.Tensor]:
-        """(O, V) q of the open nodes' children and, with `topk`, (O, K) the ids it lives on (else None)."""
+    def _draft_rows(self, scores: torch.Tensor, logits_processor, opened: list) -> tuple:
+        """(O, V) q of the open nodes' children as whole rows (what the tree carries), and what draws read: with
+        `topk`, (O, K) the ids q lives on and (O, K) their q; without, None and q itself."""
         context_of = lambda r: opened[r][2]  # noqa: E731 (the row's path)
         if not self.topk:
-            return probabilities(process_rows(logits_processor, scores, context_of)), None
+            q = probabilities(process_rows(logits_processor, scores, context_of))  # (O, V)
+            return q, None, q
         ids, q_top = top_probabilities(logits_processor, scores, context_of, self.topk)  # (O, K), (O, K)
-        return torch.zeros_like(scores).scatter_(1, ids, q_top), ids
+        return torch.zeros_like(scores).scatter_(1, ids, q_top), ids, q_top
 
     def _next_pass(self, tree: DraftTree, opened: list, slot: dict[int, int], T: int, d: int, device):
         """(1, O) the open nodes' tokens (drafts d + 1 after T committed tokens), (1, O) positions and the mask
