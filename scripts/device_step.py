@@ -25,7 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--device", default="cuda", help="cuda or cpu")
     parser.add_argument("--small", action="store_true", help="the tiny shapes and a few cases (seconds on a CPU)")
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"], help="model dtype")
-    parser.add_argument("--steps", type=int, default=0, help="timed steps per case (0: 6, or 3 with --small)")
+    parser.add_argument("--steps", type=int, default=0, help="timed steps per case (0: 12, or 3 with --small)")
     parser.add_argument("--budget-s", type=float, default=300.0, help="no new case starts after this many seconds")
     parser.add_argument("--out", default="results/device_step.json", help="the JSON report")
     return parser

@@ -118,6 +118,28 @@ def test_the_drafter_cache_holds_exactly_the_committed_tokens(target, prompt, de
     assert torch.allclose(fresh.draft_scores(ids, 3)[1], scores, atol=1e-5)
 
 
+@pytest.mark.parametrize("context", ["copying", "none"])
+def test_rows_copying_a_span_choose_sampled_blocks_from_a_memory_of_their_own(target, context):
+    """With sampled_choice_context="copying", blocks of a row whose last step accepted a prompt-lookup node are
+    chosen and judged in a memory of their own (`ar_choice.py`); a judged step goes to the memory its block was
+    chosen from, even when the row stopped or started copying since. With "none", one memory judges them all."""
+    drafter = pard(target, block_size=4)
+    drafter.decoding = DecodingSettings(sampled_ar_drafts=3, sampled_choice_context=context)  # budget "auto"
+    gen = PardCandidateGenerator(drafter, target, GenerationConfig(max_length=64))
+    for copying in [False] * 3 + [True] * 4 + [False]:
+        gen.copying = copying  # what the step sets from the row's last step, before drafting
+        gen._ar_count()
+        gen.stats.record(3, 1)  # the block's step: 1 of 3 drafts accepted
+    memories = drafter._ar_choices
+    if context == "none":
+        assert set(memories) == {""} and memories[""].runs == {1: 3, 2: 3, 3: 2}
+        return
+    rest, copying = memories[""], memories["copying"]
+    assert rest is drafter._ar_choice and rest.runs == {1: 3, 2: 1} and copying.runs == {1: 3, 2: 1}
+    assert len(rest.recent[1]) == 3 and 2 not in rest.recent  # the last step is judged at the next block
+    assert len(copying.recent[1]) == 3 and len(copying.recent[2]) == 1  # the step of the row's last copying block
+
+
 def test_batches_and_the_server_equal_plain(target, device):
     target = target.to(device)
     g = torch.Generator().manual_seed(9)

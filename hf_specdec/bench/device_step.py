@@ -280,7 +280,9 @@ def time_plain(target, batch: int, steps: int) -> dict:
 
 
 def time_speculative(target, drafter, case: Case, steps: int, warmup: int = 2) -> dict:
-    """Median ms of `steps` speculative steps over a batch of `case.batch` prompts (after `warmup` steps)."""
+    """Median ms of `steps` speculative steps over a batch of `case.batch` prompts (after `warmup` steps), with the
+    fastest and slowest step and every step's ms: on a GPU a few steps can take several times the rest, and a median
+    of few steps then lands between the two."""
     drafter.accept = case.tau - 1
     drafter.decoding = DecodingSettings(budget="fixed", tree_budget=case.budget, tree_topk=4)
     config = GenerationConfig(do_sample=False, eos_token_id=None, pad_token_id=0)
@@ -298,7 +300,14 @@ def time_speculative(target, drafter, case: Case, steps: int, warmup: int = 2) -
     accepted = [a for row in rows for a in row.generator.stats.accepted[warmup:]]
     tau = 1 + sum(accepted) / len(accepted)
     step_ms = statistics.median(times)
-    return {"step_ms": step_ms, "measured_tau": tau, "tokens_per_s": 1000 * case.batch * tau / step_ms}
+    return {
+        "step_ms": step_ms,
+        "step_ms_min": min(times),
+        "step_ms_max": max(times),
+        "steps_ms": [round(t, 2) for t in times],
+        "measured_tau": tau,
+        "tokens_per_s": 1000 * case.batch * tau / step_ms,
+    }
 
 
 def plain_reference(target) -> torch.LongTensor:
@@ -470,6 +479,7 @@ COLUMNS = [
     "tau",
     "measured_tau",
     "step_ms",
+    "min..max ms",
     "tok/s",
     "speedup",
 ]
@@ -488,7 +498,8 @@ def table(rows: list[dict]) -> str:
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for r in rows:
         cells = [r["model"], _drafter_name(r), r["attn"], r["batch"], r["method"], r["block"] or "", r["budget"] or ""]
-        cells += [r["tau"] or "", f"{r['measured_tau']:.2f}", f"{r['step_ms']:.2f}", f"{r['tokens_per_s']:.0f}"]
+        spread = f"{r['step_ms_min']:.1f}..{r['step_ms_max']:.1f}" if "step_ms_min" in r else ""
+        cells += [r["tau"] or "", f"{r['measured_tau']:.2f}", f"{r['step_ms']:.2f}", spread, f"{r['tokens_per_s']:.0f}"]
         cells.append(f"{r['speedup']:.2f}" if r["speedup"] is not None else "")
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     return "\n".join(lines)
@@ -513,7 +524,7 @@ def run(device: str, small: bool, out: str | Path, budget_s: float, dtype: str =
     dev = torch.device(device)
     torch_dtype = getattr(torch, dtype)
     models = ["tiny"] if small else ["qwen2.5-1.5b", "qwen3-8b"]
-    steps = steps or (3 if small else 6)
+    steps = steps or (3 if small else 12)
     deadline = time.monotonic() + budget_s
     cases = grid(models, small, flex=dev.type == "cuda")
     rows, agreement, left, failed = measure(cases, dev, torch_dtype, steps, deadline)

@@ -126,6 +126,7 @@ def draft_tree(batch: SpeculativeBatch, row: Row) -> DraftTree:
     if row.done or k <= 0:
         tree = DraftTree()
     elif batch.exact_q:
+        row.generator.copying = row.copying  # a finished step's outcome: the choice of block may read it
         tree = row.generator.sampled_tree(row.ids, k, settings.sample_branches, row.processors)
     else:
         tree = row.generator.greedy_tree(row.ids, k, settings.tree_budget, settings.tree_topk)

@@ -14,7 +14,13 @@ from dataclasses import asdict, dataclass, fields
 _DRAFT_MODES = ("exact", "argmax")
 _BUDGETS = ("fixed", "auto")
 _WEIGHTS = ("as_loaded", "int8")
-_CHOICES = {"sampled_drafts": _DRAFT_MODES, "budget": _BUDGETS, "sampled_base_weights": _WEIGHTS}
+_CONTEXTS = ("copying", "none")
+_CHOICES = {
+    "sampled_drafts": _DRAFT_MODES,
+    "budget": _BUDGETS,
+    "sampled_base_weights": _WEIGHTS,
+    "sampled_choice_context": _CONTEXTS,
+}
 _MINIMUM = {  # integer fields: the smallest allowed value and what it means
     "tree_budget": (0, "0 = chain"),
     "tree_topk": (1, "candidates per position"),
@@ -102,6 +108,11 @@ class DecodingSettings:
         sampled_base_weights: "int8" runs base-LM chains through weight-only int8 copies of its linear layers and
             head rows where torch has the kernel (the CPU; elsewhere as loaded): a one-token pass reads half the
             bytes. "as_loaded" keeps the base LM's own dtype.
+        sampled_choice_context: with budget "auto", what the per-block choice of sampled PARD blocks (a base-LM
+            chain, 1..`sampled_ar_drafts` adapter drafts, or a plain step) keeps apart: "copying" judges blocks of a
+            row that is copying a span (its previous step accepted a prompt-lookup node, where the lookup branch
+            alone may commit as much as a drafted block) by their own rates, apart from the others; "none" judges
+            all blocks together.
         prompt_lookup_tokens: length of an extra branch copied from the prompt or output after the longest
             matching suffix n-gram (prompt lookup decoding); 0 = off.
         prompt_lookup_ngram: longest suffix n-gram looked up.
@@ -122,6 +133,7 @@ class DecodingSettings:
     sampled_base_branches: int = 1
     sampled_base_topk: int = 0
     sampled_base_weights: str = "as_loaded"
+    sampled_choice_context: str = "copying"
     prompt_lookup_tokens: int = 0
     prompt_lookup_ngram: int = 3
     budget: str = "auto"

@@ -66,6 +66,7 @@ class BlockDraftCandidateGenerator(CandidateGenerator):
             (1, self.block_size - 1), drafter.config.mask_token_id, dtype=torch.long, device=self.embed.weight.device
         )
         self.stats = AcceptanceStats(block_size=self.block_size)
+        self.copying = False  # the row's last step accepted a prompt-lookup node (set by the step before drafting)
         self._drafted: int | None = None  # drafts proposed for the forward in flight; None = prefill
         drafter.last_acceptance_stats = self.stats
         self.head = head_proposals(drafter, self)  # the drafter's head reading this generator, or None

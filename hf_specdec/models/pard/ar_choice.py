@@ -24,9 +24,13 @@ drafted tree to the nodes worth verifying): the budget's own plain steps, judged
 sent T=1 calls to plain steps while a choice that pays was still untried (docs/verification.md 1.4). "plain" keeps
 such calls from running slower than plain sampling where no draft pays.
 
+With `sampled_choice_context="copying"` (the default) a row that is copying a span (its previous step accepted a
+prompt-lookup node) chooses from a memory of its own: there the lookup branch alone may commit as much as a drafted
+block, so a plain step can pay best, while elsewhere a long chain does; judged together, one rate would decide both.
+
 The choice reads only finished steps, never the draws of the step it is made for, so every draft is still drawn
-from the q its tree carries: the output distribution is the target's whatever is chosen. The memory lives on the
-drafter (`choice_of`), so it carries from one `generate` call to the next.
+from the q its tree carries: the output distribution is the target's whatever is chosen. The memories live on the
+drafter (`choice_of`), so they carry from one `generate` call to the next.
 """
 
 from __future__ import annotations
@@ -97,13 +101,18 @@ def choices(largest: int) -> list[int]:
     return options
 
 
-def choice_of(drafter, largest: int, base: bool = False) -> ArChoice:
-    """The drafter's choice memory for `largest` and `base` (a new one when the settings changed)."""
-    choice = getattr(drafter, "_ar_choice", None)
-    if choice is None or (choice.largest, choice.base) != (largest, base):
-        choice = ArChoice(largest, base)
-        drafter._ar_choice = choice  # on the drafter object, not in its config: never saved
-    return choice
+def choice_of(drafter, largest: int, base: bool = False, context: str = "") -> ArChoice:
+    """The drafter's choice memory for `largest` and `base` in `context` ("" for every block, "copying" for those of
+    a row copying a span); new ones when the settings changed. `drafter._ar_choice` is the one of "" (every block,
+    or those of rows not copying)."""
+    memories = getattr(drafter, "_ar_choices", None)
+    if memories is None or (memories[""].largest, memories[""].base) != (largest, base):
+        memories = {"": ArChoice(largest, base)}
+        drafter._ar_choices = memories  # on the drafter object, not in its config: never saved
+        drafter._ar_choice = memories[""]
+    if context not in memories:
+        memories[context] = ArChoice(largest, base)
+    return memories[context]
 
 
 __all__ = ["ArChoice", "choice_of", "choices"]

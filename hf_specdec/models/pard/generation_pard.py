@@ -40,7 +40,7 @@ from ..block_drafter.generation_block_drafter import BlockDraftCandidateGenerato
 from ..int8_weights import int8_available
 from ..padding import left_pad, length_groups
 from ..registry import head_of
-from .ar_choice import CATCH_UP, choice_of
+from .ar_choice import CATCH_UP, ArChoice, choice_of
 from .base_chain import BaseChain
 from .modeling_pard import PardDrafter
 
@@ -83,8 +83,9 @@ class PardCandidateGenerator(BlockDraftCandidateGenerator):
         # the adaptive budget also picks that count (or a base-LM chain) per step (ar_choice.py); None: the setting
         adaptive = settings.budget == "auto" and (self.ar_drafts > 1 or self.base_drafts > 0)
         self.ar_choice = choice_of(drafter, self.ar_drafts, self.base_drafts > 0) if adaptive else None
-        # (choice, start seconds, row steps then, its tree) of the last block
-        self.ar_step: tuple[int | str, float, int, DraftTree | None] | None = None
+        self.by_copying = settings.sampled_choice_context == "copying"  # rows copying a span choose apart
+        # (choice, start seconds, row steps then, its tree, the memory it was chosen from) of the last block
+        self.ar_step: tuple[int | str, float, int, DraftTree | None, ArChoice] | None = None
         self.caught_up = 0  # committed tokens the last block's first drafter pass read (its catch-up)
 
     def target_layers(self, drafter: PardDrafter, target: PreTrainedModel) -> list[int]:
@@ -195,7 +196,7 @@ class PardCandidateGenerator(BlockDraftCandidateGenerator):
             return super().sampled_tree(input_ids, k, branches, logits_processor)
         tree = self._sampled_block(self._ar_count(), input_ids, k, branches, logits_processor)
         if self.ar_step is not None:
-            self.ar_step = (*self.ar_step[:3], tree)  # read when its step is judged: did the budget cut it to measure?
+            self.ar_step = (*self.ar_step[:3], tree, self.ar_step[4])  # judged later: did the budget cut it?
         return tree
 
     @staticmethod
@@ -251,9 +252,11 @@ class PardCandidateGenerator(BlockDraftCandidateGenerator):
         now, last = time.perf_counter(), self.ar_step
         judged = last is not None and self.stats.row_steps == last[2] + 1 and self.caught_up <= CATCH_UP
         if judged and not (last[3] and last[3].measuring):
-            self.ar_choice.learn(last[0], self.stats.accepted[-1] + 1, now - last[1])
-        m = self.ar_choice.choose()
-        self.ar_step, self.caught_up = (m, now, self.stats.row_steps, None), 0
+            last[4].learn(last[0], self.stats.accepted[-1] + 1, now - last[1])
+        context = "copying" if self.by_copying and self.copying else ""
+        choice = choice_of(self.drafter, self.ar_drafts, self.base_drafts > 0, context)
+        m = choice.choose()
+        self.ar_step, self.caught_up = (m, now, self.stats.row_steps, None, choice), 0
         return m
 
     def _extend(self, token: torch.LongTensor, T: int, d: int, masks: int) -> torch.Tensor:
