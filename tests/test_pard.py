@@ -130,6 +130,8 @@ def test_rows_copying_a_span_choose_sampled_blocks_from_a_memory_of_their_own(ta
         gen.copying = copying  # what the step sets from the row's last step, before drafting
         gen._ar_count()
         gen.stats.record(3, 1)  # the block's step: 1 of 3 drafts accepted
+    with pytest.raises(ValueError, match="sampled_choice_context"):
+        DecodingSettings(sampled_choice_context="lookup")
     memories = drafter._ar_choices
     if context == "none":
         assert set(memories) == {""} and memories[""].runs == {1: 3, 2: 3, 3: 2}

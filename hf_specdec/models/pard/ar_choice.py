@@ -24,9 +24,10 @@ drafted tree to the nodes worth verifying): the budget's own plain steps, judged
 sent T=1 calls to plain steps while a choice that pays was still untried (docs/verification.md 1.4). "plain" keeps
 such calls from running slower than plain sampling where no draft pays.
 
-With `sampled_choice_context="copying"` (the default) a row that is copying a span (its previous step accepted a
-prompt-lookup node) chooses from a memory of its own: there the lookup branch alone may commit as much as a drafted
-block, so a plain step can pay best, while elsewhere a long chain does; judged together, one rate would decide both.
+With `sampled_choice_context="copying"` a row that is copying a span (its previous step accepted a prompt-lookup
+node) chooses from a memory of its own: there the lookup branch alone may commit as much as a drafted block. It is
+off by default: at T=0.7 it measured slower than one memory (docs/verification.md 1.4), each memory paying its own
+tries of every choice, long base-LM chains included.
 
 The choice reads only finished steps, never the draws of the step it is made for, so every draft is still drawn
 from the q its tree carries: the output distribution is the target's whatever is chosen. The memories live on the
