@@ -9,12 +9,13 @@ zero-initialised feature projection drafts exactly as the plain LM; an adapter f
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
 from conftest import MASK_ID, VOCAB, OracleReference, OracleScores, assert_batch_and_server_equal_plain, tiny_target
 from peft import LoraConfig, get_peft_model
-from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, LogitsProcessorList, TemperatureLogitsWarper
 
 import hf_specdec
 from hf_specdec import DecodingSettings, PardCandidateGenerator, PardConfig, PardDrafter
@@ -140,6 +141,31 @@ def test_rows_copying_a_span_choose_sampled_blocks_from_a_memory_of_their_own(ta
     assert rest is drafter._ar_choice and rest.runs == {1: 3, 2: 1} and copying.runs == {1: 3, 2: 1}
     assert len(rest.recent[1]) == 3 and 2 not in rest.recent  # the last step is judged at the next block
     assert len(copying.recent[1]) == 3 and len(copying.recent[2]) == 1  # the step of the row's last copying block
+
+
+@pytest.mark.parametrize("stop_on", ["draft", "path"])
+def test_base_chains_end_where_their_stop_rule_says(stop_on):
+    """A base-LM chain keeps drafting while the q of its last draft ("draft") or the product of its drafts' q
+    ("path") reaches `sampled_base_stop`, and ends at the first draft that falls below it (or at k drafts)."""
+    target, prompt = tiny_target("llama"), torch.tensor([[1, 5, 9, 12, 7, 3, 8, 2]])
+    drafter = PardDrafter.from_causal_lm(tiny_target("llama", seed=7), target, mask_token_id=MASK_ID, block_size=4)
+    drafter.attach_base_lm(tiny_target("llama", seed=7))
+    stop, k = 0.5, 12
+    drafter.decoding = DecodingSettings(
+        budget="fixed", sampled_base_drafts=k, sampled_base_stop=stop, sampled_base_stop_on=stop_on
+    )
+    sharp = LogitsProcessorList([TemperatureLogitsWarper(0.2)])  # random tiny LMs: sharp enough to run on
+    torch.manual_seed(0)
+    lengths = set()
+    for _ in range(40):  # a new generation each time: its base LM reads the prompt, the anchor last
+        gen = PardCandidateGenerator(drafter, target, GenerationConfig(max_length=64, do_sample=True))
+        tree = gen.sampled_tree(prompt, k, 1, sharp)
+        q = [float(tree.q[d, tree.tokens[d]]) for d in range(len(tree))]
+        sure = [math.prod(q[: d + 1]) for d in range(len(q))] if stop_on == "path" else q
+        assert all(s >= stop for s in sure[:-1]), sure
+        assert len(tree) == k or sure[-1] < stop, sure
+        lengths.add(len(tree))
+    assert len(lengths) > 2, lengths  # chains ended at several depths
 
 
 def test_batches_and_the_server_equal_plain(target, device):

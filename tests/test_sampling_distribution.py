@@ -20,7 +20,8 @@ The base-LM chain cases (`sampled_base_drafts`) draw from a second causal LM, th
 each, and end after a draft its q gave less than the stop; one with the fixed budget (every sampled block such a
 chain, 16000 draws: a 3-point error in any cell is caught), through int8 copies of the base LM's linear layers and
 with q over each row's 2 most likely tokens (`sampled_base_weights`, `sampled_base_topk`), one with the adaptive
-budget choosing it (as loaded, whole rows) or 1..3 adapter drafts per block. Their negative controls hand
+budget choosing it (as loaded, whole rows, ending where the q product of its path falls below the stop) or 1..3
+adapter drafts per block. Their negative controls hand
 acceptance the adapter LM's conditionals for the base LM's draws (the two models mixed up), or the whole row's q
 for draws from its top 2 (the truncation forgotten). One more draws three i.i.d. base-LM chains per block, merged
 where they agree (16000 draws, under top-p and repetition penalty); a node's later children carry q without the
@@ -120,7 +121,18 @@ CASES = {
         1.0,
         None,
     ),
-    "pard base adaptive": (DecodingSettings(budget="auto", sampled_ar_drafts=3, sampled_base_drafts=3), 0.8, None),
+    # the base-LM chains here end on the q product of their path (`sampled_base_stop_on="path"`)
+    "pard base adaptive": (
+        DecodingSettings(
+            budget="auto",
+            sampled_ar_drafts=3,
+            sampled_base_drafts=3,
+            sampled_base_stop=0.3,
+            sampled_base_stop_on="path",
+        ),
+        0.8,
+        None,
+    ),
     # three i.i.d. base-LM chains per block merged where they agree (a trie of whole sampled branches)
     "pard base branches, top-p, repetition penalty": (
         DecodingSettings(budget="fixed", sampled_base_drafts=3, sampled_base_stop=0.3, sampled_base_branches=3),

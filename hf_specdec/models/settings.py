@@ -15,11 +15,13 @@ _DRAFT_MODES = ("exact", "argmax")
 _BUDGETS = ("fixed", "auto")
 _WEIGHTS = ("as_loaded", "int8")
 _CONTEXTS = ("copying", "none")
+_STOP_ON = ("draft", "path")
 _CHOICES = {
     "sampled_drafts": _DRAFT_MODES,
     "budget": _BUDGETS,
     "sampled_base_weights": _WEIGHTS,
     "sampled_choice_context": _CONTEXTS,
+    "sampled_base_stop_on": _STOP_ON,
 }
 _MINIMUM = {  # integer fields: the smallest allowed value and what it means
     "tree_budget": (0, "0 = chain"),
@@ -97,6 +99,10 @@ class DecodingSettings:
             (docs/verification.md 1.4). With budget "auto" it is one more choice beside 1..`sampled_ar_drafts`,
             judged by its realized rate; with "fixed" every sampled block is such a chain. 0 = off.
         sampled_base_stop: the threshold that ends a base-LM chain (see `sampled_base_drafts`); 0 = never.
+        sampled_base_stop_on: what the threshold is compared with: "draft", the q of the last draft (transformers'
+            rule); "path", the product of the q of every draft on the chain so far, an estimate of the chance the
+            target keeps them all, so a chain of confident drafts still ends once the next one would rarely be
+            reached.
         sampled_base_branches: base-LM chains drawn i.i.d. per block, merged where they agree (a trie verified in one
             target pass, multi-draft speculative sampling over whole branches): each node's children are the
             distinct draws of the chains through it, each carrying q without its earlier siblings, and a node is
@@ -131,6 +137,7 @@ class DecodingSettings:
     sampled_ar_stop: float = 0.0
     sampled_base_drafts: int = 0
     sampled_base_stop: float = 0.4
+    sampled_base_stop_on: str = "draft"
     sampled_base_branches: int = 1
     sampled_base_topk: int = 0
     sampled_base_weights: str = "as_loaded"

@@ -14,7 +14,8 @@ tokens, the anchor last):
    tokens, `top_probabilities`); the distinct ones become v's children in order of
    first draw, child i carrying q_v without children 1..i-1, renormalised (`without_earlier`: given the draws before,
    the first new one is drawn from exactly that), and as many chains as drew it;
-3) a child stays open unless it is at depth k or its token had q_v below `sampled_base_stop`; feed every open node
+3) a child stays open unless it is at depth k or its token had q_v below `sampled_base_stop` (with
+   `sampled_base_stop_on="path"`: the product of q over its path, the root's children first); feed every open node
    in one pass (tree-masked once the chains part), repeat 2); one host read per pass;
 4) crop the cache back to the T committed tokens.
 
@@ -51,8 +52,11 @@ def without_earlier(q: torch.Tensor, tokens: list[int]) -> list[torch.Tensor]:
 class BaseChain:
     """One generation's base-LM chains: the base LM, its cache, and the generator's scoring (head rows, vocabulary)."""
 
-    def __init__(self, lm: PreTrainedModel, generator, stop: float, topk: int = 0, int8: bool = False) -> None:
-        self.lm, self.generator, self.stop = lm, generator, stop
+    def __init__(
+        self, lm: PreTrainedModel, generator, stop: tuple[float, bool], topk: int = 0, int8: bool = False
+    ) -> None:
+        self.lm, self.generator = lm, generator
+        self.stop, self.stop_on_path = stop  # the threshold; compared with the path's q product (True) or the draft's
         self.topk = topk  # q over each row's K most likely tokens (0: the whole processed row)
         g = generator
         self.decoder, self.head = lm.get_decoder(), lambda h: F.linear(h, g.head_weight, g.head_bias)
@@ -75,7 +79,7 @@ class BaseChain:
         positions = torch.arange(cached, T, device=device)[None]  # (1, T - cached)
         tree, rows, mask = DraftTree(), [], None
         slot = {-1: T - 1}  # node -> its cache slot (the root: the anchor's)
-        opened = [(-1, branches, input_ids)]  # (node, chains through it, its context (1, T + depth))
+        opened = [(-1, branches, input_ids, 1.0)]  # (node, chains through it, its context (1, T + depth), path q)
         for d in range(k):
             # 1) / 3) one pass over what the cache lacks; its last len(opened) outputs score the open nodes' children
             out = self.decoder(
@@ -88,13 +92,13 @@ class BaseChain:
             hidden = out.last_hidden_state[0, -len(opened) :]  # (O, H)
             scores = g.full_vocab_logits(self.head(hidden)).float().to(input_ids.device)  # (O, V)
             q, ids, q_top = self._draft_rows(scores, logits_processor, opened)  # (O, V) q; its (O, K) ids and mass
-            picks = torch.multinomial(q_top, max(n for _, n, _ in opened), replacement=True)  # (O, most chains)
+            picks = torch.multinomial(q_top, max(o[1] for o in opened), replacement=True)  # (O, most chains)
             picked = torch.gather(q_top, 1, picks)  # (O, most chains) q of each draw, for the stop
             if ids is not None:
                 picks = torch.gather(ids, 1, picks)  # (O, most chains) token ids
             draws, picked = picks.tolist(), picked.tolist()  # 2) the one host read of this pass
             nxt = []
-            for r, (node, n, context) in enumerate(opened):
+            for r, (node, n, context, path_q) in enumerate(opened):
                 counts: dict[int, int] = {}
                 for token in draws[r][:n]:
                     counts[token] = counts.get(token, 0) + 1
@@ -102,9 +106,11 @@ class BaseChain:
                 for token, row in zip(tokens, without_earlier(q[r], tokens), strict=True):
                     rows.append(row)
                     child = tree.add(token, node, q_row=len(rows) - 1)
-                    doubted = self.stop > 0 and picked[r][draws[r].index(token)] < self.stop
-                    if d < k - 1 and not doubted:
-                        nxt.append((child, counts[token], torch.cat([context, context.new_tensor([[token]])], -1)))
+                    q_draw = picked[r][draws[r].index(token)]
+                    sure = q_draw * path_q if self.stop_on_path else q_draw
+                    if d < k - 1 and not (self.stop > 0 and sure < self.stop):
+                        grown = torch.cat([context, context.new_tensor([[token]])], -1)
+                        nxt.append((child, counts[token], grown, q_draw * path_q))
             if not nxt:
                 break  # no open node: no pass is paid after the last drafts
             feed, positions, mask = self._next_pass(tree, nxt, slot, T, d, device)
@@ -130,7 +136,7 @@ class BaseChain:
         (None while the drafts fed are one chain: the cache's own causal order). Each open node sees the committed
         tokens, its fed ancestors and itself."""
         start = self.cache.get_seq_length()
-        nodes = [node for node, _, _ in opened]
+        nodes = [o[0] for o in opened]
         for i, node in enumerate(nodes):
             slot[node] = start + i
         feed = torch.tensor([[tree.tokens[node] for node in nodes]], device=device)  # (1, O)
