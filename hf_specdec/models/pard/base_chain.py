@@ -53,10 +53,16 @@ class BaseChain:
     """One generation's base-LM chains: the base LM, its cache, and the generator's scoring (head rows, vocabulary)."""
 
     def __init__(
-        self, lm: PreTrainedModel, generator, stop: tuple[float, bool], topk: int = 0, int8: bool = False
+        self,
+        lm: PreTrainedModel,
+        generator,
+        stop: float,
+        topk: int = 0,
+        int8: bool = False,
+        stop_on_path: bool = False,
     ) -> None:
-        self.lm, self.generator = lm, generator
-        self.stop, self.stop_on_path = stop  # the threshold; compared with the path's q product (True) or the draft's
+        self.lm, self.generator, self.stop = lm, generator, stop
+        self.stop_on_path = stop_on_path  # the stop compares the path's q product (True) or the last draft's q
         self.topk = topk  # q over each row's K most likely tokens (0: the whole processed row)
         g = generator
         self.decoder, self.head = lm.get_decoder(), lambda h: F.linear(h, g.head_weight, g.head_bias)

@@ -79,8 +79,8 @@ class PardCandidateGenerator(BlockDraftCandidateGenerator):
             if base.device != drafter.device or base.dtype != drafter.dtype:  # the drafter was moved after load
                 base.to(device=drafter.device, dtype=drafter.dtype)
             int8 = settings.sampled_base_weights == "int8" and int8_available(drafter.device)
-            stop = (settings.sampled_base_stop, settings.sampled_base_stop_on == "path")
-            self.base_chain = BaseChain(base, self, stop, settings.sampled_base_topk, int8)
+            path = settings.sampled_base_stop_on == "path"
+            self.base_chain = BaseChain(base, self, settings.sampled_base_stop, settings.sampled_base_topk, int8, path)
         # the adaptive budget also picks that count (or a base-LM chain) per step (ar_choice.py); None: the setting
         adaptive = settings.budget == "auto" and (self.ar_drafts > 1 or self.base_drafts > 0)
         self.ar_choice = choice_of(drafter, self.ar_drafts, self.base_drafts > 0) if adaptive else None
