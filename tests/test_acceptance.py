@@ -17,6 +17,7 @@ from hf_specdec.verification.acceptance import (
     residual_distribution,
     speculative_sampling,
 )
+from hf_specdec.verification.processed import sample
 from hf_specdec.verification.tree import DraftTree
 
 V = 6
@@ -112,3 +113,17 @@ def _forgetful_walk(tree, p_rows, g):
 def test_the_same_check_rejects_a_rule_that_forgets_the_residual(kind):
     first, _ = _first_tokens(_forgetful_walk, kind, seed=7)
     assert distribution_excess(first, P_ROOT, 1e-6) > 1.0
+
+
+def test_sample_draws_each_row_as_it_is():
+    """`sample` (the draw every sampling path uses): one draw per row and several, from (V,) and (rows, V), match
+    their rows (false-failure probability 1e-6 per assertion); a draw from the wrong row is caught."""
+    rows = torch.stack([P_ROOT, Q_ROOT])  # (2, V)
+    g = torch.Generator().manual_seed(0)
+    one = torch.cat([sample(rows, 1, g) for _ in range(DRAWS)], dim=1)  # (2, DRAWS)
+    many = sample(rows, DRAWS, g)  # (2, DRAWS)
+    flat = sample(P_CHILD, DRAWS, g)  # (DRAWS,)
+    assert one.shape == many.shape == (2, DRAWS) and flat.shape == (DRAWS,)
+    for draws, probs in [(one[0], P_ROOT), (one[1], Q_ROOT), (many[0], P_ROOT), (many[1], Q_ROOT), (flat, P_CHILD)]:
+        assert_distribution(torch.bincount(draws, minlength=V), probs)
+    assert distribution_excess(torch.bincount(one[1], minlength=V), P_ROOT, 1e-6) > 1.0  # negative control

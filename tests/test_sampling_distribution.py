@@ -485,7 +485,11 @@ def test_dependent_draws_resolve_a_three_point_error(name):
 
 
 def _pit(trees, transform=None):
-    """Randomised PIT of every sampled node under the q handed to acceptance: U(0,1) iff each node ~ its q."""
+    """Randomised PIT of every sampled node under the q handed to acceptance: U(0,1) iff each node ~ its q.
+
+    Each row's ids are ordered by decreasing q (ties by id), an order the row fixes before the draw, so the PIT is
+    uniform under the null as in any order; a sampler that never leaves the row's most likely ids (a truncation
+    the handed q forgets) then never reaches the top of (0, 1)."""
     g = torch.Generator().manual_seed(5)
     values = []
     for tree in trees:
@@ -495,8 +499,9 @@ def _pit(trees, transform=None):
         for token, row in zip(tree.tokens, tree.q_of, strict=True):
             if row < 0:
                 continue
-            below = q[row, :token].sum()
-            values.append(float(below + torch.rand((), generator=g) * q[row, token]))
+            r, q_x = q[row], q[row, token]  # (V,), ()
+            ahead = (r > q_x) | ((r == q_x) & (torch.arange(r.shape[0]) < token))  # (V,) ids before the draw
+            values.append(float(r[ahead].sum() + torch.rand((), generator=g) * q_x))
     return torch.tensor(values)
 
 

@@ -28,7 +28,7 @@ from ..models.padding import left_pad
 from ..models.registry import capabilities_of, generator_class_for
 from ..models.settings import DecodingSettings
 from ..models.target_features import tapped_features
-from ..verification.processed import probabilities, process_rows, row_processors
+from ..verification.processed import probabilities, process_rows, row_processors, sample
 from ..verification.stats import BatchForwards
 from ..verification.stopping import extra_stopping_criteria
 from .budget import Budget, FixedBudget
@@ -154,7 +154,7 @@ class SpeculativeBatch:
                 own = processors[i]
             seen = row_ids if pad_ids is None else torch.cat([pad_ids, row_ids], dim=-1)
             processed = process_rows(own, raw[i : i + 1], lambda r, x=seen: x)  # (1, V)
-            first = torch.multinomial(probabilities(processed), 1) if self.do_sample else processed.argmax(-1, True)
+            first = sample(probabilities(processed)) if self.do_sample else processed.argmax(-1, True)
             row = Row(row_ids, len(p), gen, max_lengths[i], pad_ids, own, position_shift=int(len(p) == 0))
             if self.config.return_dict_in_generate:
                 row.scores = [processed] if self.config.output_scores else None

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import torch
 
+from .processed import sample
 from .tree import DraftTree
 
 
@@ -76,7 +77,7 @@ def speculative_sampling(
                 break
             p = residual_distribution(p, q) if q is not None else one_hot_residual(p, x)
         if accepted is None:
-            return path, int(torch.multinomial(p, 1, generator=rng))
+            return path, int(sample(p, 1, rng))
         path.append(accepted)
         row = accepted + 1
 

@@ -107,9 +107,18 @@ def top_probabilities(
     return ids, probabilities(top)
 
 
+def sample(q: torch.Tensor, n: int = 1, generator: torch.Generator | None = None) -> torch.LongTensor:
+    """(rows, n) i.i.d. draws, with replacement, from each row of (rows, V) probabilities ((n,) from a (V,) row).
+
+    A single draw is the first of two: for one draw torch.multinomial races exponentials, one random number per
+    entry of the row (about 5 ms for a 152k vocabulary on a 2-core CPU); for two or more with replacement it
+    searches the cumulative sum (about 0.3 ms). The draws are i.i.d., so the first of two is a draw from the row."""
+    return torch.multinomial(q, max(n, 2), replacement=True, generator=generator)[..., :n]
+
+
 def probabilities(scores: torch.Tensor) -> torch.Tensor:
     """softmax in float32 (-inf scores, e.g. outside top-k, get probability 0)."""
     return torch.softmax(scores.float(), dim=-1)
 
 
-__all__ = ["call_temperature", "history_free", "probabilities", "process_rows", "top_probabilities"]
+__all__ = ["call_temperature", "history_free", "probabilities", "process_rows", "sample", "top_probabilities"]

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from transformers import GenerationConfig, LogitsProcessorList, PreTrainedModel, StoppingCriteriaList
 from transformers.generation.candidate_generator import CandidateGenerator
 
-from ...verification.processed import history_free, probabilities, process_rows
+from ...verification.processed import history_free, probabilities, process_rows, sample
 from ...verification.stats import AcceptanceStats
 from ...verification.stopping import extra_stopping_criteria
 from ...verification.tree import DraftTree, best_first_tree
@@ -248,12 +248,12 @@ class BlockDraftCandidateGenerator(CandidateGenerator):
         scores = self.full_vocab_logits(self.draft_logits(input_ids, k)).float().to(input_ids.device)  # (k, V)
         if history_free(logits_processor):
             q = probabilities(process_rows(logits_processor, scores, lambda r: input_ids))  # (k, V)
-            draws = torch.multinomial(q, branches, replacement=True)  # (k, branches)
+            draws = sample(q, branches)  # (k, branches)
         else:  # processors read the history: q_d depends on the chain drawn before depth d
             ids, rows, picks = input_ids, [], []
             for d in range(k):
                 q_d = probabilities(logits_processor(ids, scores[d : d + 1]))  # (1, V)
-                pick = torch.multinomial(q_d, branches, replacement=True)  # (1, branches)
+                pick = sample(q_d, branches)  # (1, branches)
                 ids = torch.cat([ids, pick[:, :1]], dim=-1)
                 rows.append(q_d)
                 picks.append(pick)

@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache, LogitsProcessorList, PreTrainedModel
 
-from ...verification.processed import probabilities, process_rows, top_probabilities
+from ...verification.processed import probabilities, process_rows, sample, top_probabilities
 from ...verification.tree import DraftTree, mask_for_attention
 
 
@@ -98,7 +98,7 @@ class BaseChain:
             hidden = out.last_hidden_state[0, -len(opened) :]  # (O, H)
             scores = g.full_vocab_logits(self.head(hidden)).float().to(input_ids.device)  # (O, V)
             q, ids, q_top = self._draft_rows(scores, logits_processor, opened)  # (O, V) q; its (O, K) ids and mass
-            picks = torch.multinomial(q_top, max(o[1] for o in opened), replacement=True)  # (O, most chains)
+            picks = sample(q_top, max(o[1] for o in opened))  # (O, most chains)
             picked = torch.gather(q_top, 1, picks)  # (O, most chains) q of each draw, for the stop
             if ids is not None:
                 picks = torch.gather(ids, 1, picks)  # (O, most chains) token ids

@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache, GenerationConfig, LogitsProcessorList, PreTrainedModel, StoppingCriteriaList
 
-from ...verification.processed import probabilities, process_rows
+from ...verification.processed import probabilities, process_rows, sample
 from ...verification.tree import DraftTree, mask_for_attention
 from ..block_drafter.generation_block_drafter import BlockDraftCandidateGenerator
 from ..int8_weights import int8_available
@@ -233,7 +233,7 @@ class PardCandidateGenerator(BlockDraftCandidateGenerator):
             scores = F.linear(hidden[d - first : d - first + 1], self.head_weight, self.head_bias)  # (1, Vd)
             scores = self.full_vocab_logits(scores).float().to(input_ids.device)  # (1, V)
             q_d = probabilities(process_rows(logits_processor, scores, lambda r, ids=ids: ids))  # (1, V)
-            pick = torch.multinomial(q_d, branches, replacement=True)  # (1, branches)
+            pick = sample(q_d, branches)  # (1, branches)
             ids = torch.cat([ids, pick[:, :1]], dim=-1)
             rows.append(q_d)
             picks.append(pick)

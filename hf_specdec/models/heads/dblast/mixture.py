@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import torch
 
+from ....verification.processed import sample
+
 
 def component_log_q(unary: torch.Tensor, offsets: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """(n, k, R, V) log q_s(. | z) = log_softmax((U_s + Delta[s, z]) / T) from (n, k, V) slot scores U and
@@ -55,7 +57,7 @@ def sample_blocks(
     n, k, R, V = logq.shape
     z = torch.multinomial(log_pi.exp(), draws, replacement=True, generator=rng)  # (n, draws)
     rows = logq.permute(0, 2, 1, 3)[torch.arange(n, device=logq.device)[:, None], z]  # (n, draws, k, V)
-    return torch.multinomial(rows.exp().reshape(-1, V), 1, generator=rng).view(n, draws, k)
+    return sample(rows.exp().reshape(-1, V), 1, rng).view(n, draws, k)
 
 
 __all__ = ["component_log_q", "greedy_block", "greedy_component", "mixture_conditionals", "sample_blocks"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from transformers import LogitsProcessorList
 
-from ....verification.processed import call_temperature
+from ....verification.processed import call_temperature, sample
 from ....verification.tree import DraftTree, best_first_tree
 from .mixture import greedy_component, mixture_conditionals, sample_blocks
 from .module import LatentMixtureHead
@@ -49,7 +49,7 @@ class DBLASTProposals:
         conditionals = mixture_conditionals(log_pi, logq, block)[0, 0]  # (k, Vd)
         tokens = block[0, 0, :, None]  # (k, 1)
         if branches > 1:
-            tokens = torch.cat([tokens, torch.multinomial(conditionals, branches - 1, replacement=True)], dim=1)
+            tokens = torch.cat([tokens, sample(conditionals, branches - 1)], dim=1)
         q = self.generator.full_vocab(conditionals, 0.0)  # (k, V)
         return DraftTree.sampled_chain(self.generator.full_ids(tokens).tolist(), q.to(input_ids.device))
 
