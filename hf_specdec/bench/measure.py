@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import torch
 
+from ..models.pard.ar_choice import blocks_by_choice
 from .cases import Case
 from .methods import Method, Settings
 
@@ -122,6 +123,7 @@ def measure_call(target, method: Method, case: Case, settings: Settings) -> tupl
     """Time TTFT and the full call of one method on one prompt; returns (record, generated ids)."""
     device = target.device
     _, ttft = timed(lambda: generate(target, method, case, 1, settings), device)
+    before = blocks_by_choice(method.drafter) if method.drafter is not None else {}
     with PeakMemory(device) as mem, ForwardRecorder(target) as rec:
         tokens, seconds = timed(lambda: generate(target, method, case, settings.max_new_tokens, settings), device)
     n, prompt_len = int(tokens.shape[0]), int(case.input_ids.shape[1])
@@ -140,4 +142,7 @@ def measure_call(target, method: Method, case: Case, settings: Settings) -> tupl
     if method.drafter is not None:
         stats = method.drafter.last_acceptance_stats
         record["library_stats"] = {**stats.to_dict(), "accepted": sum(stats.accepted), "drafted": sum(stats.drafted)}
+        after = blocks_by_choice(method.drafter)  # sampled blocks of this call by way of drafting (`ar_choice.py`)
+        if after:
+            record["library_stats"]["sampled_blocks"] = {m: n - before.get(m, 0) for m, n in after.items()}
     return record, tokens

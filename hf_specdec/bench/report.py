@@ -151,6 +151,9 @@ def histogram_lines(report: dict) -> list[str]:
         hist = s["library"]["histogram"] if "library" in s else s["histogram_hook"]
         source = "library stats" if "library" in s else "forward hook"
         lines.append(f"- `{label}` ({source}): {hist}")
+        ways = s.get("library", {}).get("sampled_blocks")
+        if ways:
+            lines.append(f"  - sampled blocks by way of drafting (base-LM chain, m adapter drafts, plain step): {ways}")
     return lines
 
 

@@ -51,7 +51,12 @@ def library_summary(records: list[dict]) -> dict:
     width = max(len(s["histogram"]) for s in stats)  # lookup branches can accept past the block
     hist = [sum(s["histogram"][a] for s in stats if a < len(s["histogram"])) for a in range(width)]
     forwards = sum(s.get("row_steps", s["verify_forwards"]) for s in stats)  # per row: tau is per row
+    ways: dict[str, int] = {}  # sampled blocks by way of drafting, for drafters that choose per block
+    for s in stats:
+        for m, n in s.get("sampled_blocks", {}).items():
+            ways[m] = ways.get(m, 0) + n
     return {
+        "sampled_blocks": ways,
         "tau": _ratio(sum(s["committed_tokens"] for s in stats), forwards),
         "histogram": hist,
         "acceptance_rate": _ratio(sum(s["accepted"] for s in stats), sum(s["drafted"] for s in stats)),

@@ -116,4 +116,14 @@ def choice_of(drafter, largest: int, base: bool = False, context: str = "") -> A
     return memories[context]
 
 
-__all__ = ["ArChoice", "choice_of", "choices"]
+def blocks_by_choice(drafter) -> dict[str, int]:
+    """How many sampled blocks the drafter's choice has drafted each way so far ("base", "1", "2", ..., "plain"),
+    over all its memories; {} for a drafter that has not chosen."""
+    counts: dict[str, int] = {}
+    for memory in getattr(drafter, "_ar_choices", {}).values():
+        for m, n in memory.runs.items():
+            counts[str(m)] = counts.get(str(m), 0) + n
+    return counts
+
+
+__all__ = ["ArChoice", "blocks_by_choice", "choice_of", "choices"]
