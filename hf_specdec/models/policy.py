@@ -12,12 +12,13 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from ..verification.processed import sample
 from .registry import head_of
 
 
 def sample_rows(probs: torch.Tensor, draws: int, rng: torch.Generator | None) -> torch.LongTensor:
     """(rows, draws) i.i.d. indices from each row of (rows, V) probabilities."""
-    return torch.multinomial(probs.float(), draws, replacement=True, generator=rng)
+    return sample(probs.float(), draws, rng)
 
 
 class BlockPolicy:
