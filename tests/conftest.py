@@ -21,6 +21,11 @@ from hf_specdec import BlockDraftCandidateGenerator, BlockDrafter
 # Measured step-cost curves stay in this process (tests never write ~/.cache); test_budget sets its own curves.
 os.environ["HF_SPECDEC_CACHE"] = ""
 
+# scripts/test.sh runs one pytest-xdist worker per core: each gets one torch thread, since tiny models gain nothing
+# from more and two workers spinning two threads each on two cores stall one another.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    torch.set_num_threads(1)
+
 VOCAB = 256
 MASK_ID = VOCAB - 1
 

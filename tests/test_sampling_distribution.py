@@ -347,6 +347,12 @@ def cached_run(name, drafter_cls=BlockDrafter, device=CPU, draws=None):
     return _RUNS[key]
 
 
+def by_case(names):
+    """`names` as parameters that pytest-xdist sends to one worker per case (`--dist loadgroup`, scripts/test.sh), so
+    the tests that read one case's `cached_run` share its draws instead of drawing them again on another worker."""
+    return [pytest.param(name, marks=pytest.mark.xdist_group(name)) for name in names]
+
+
 def excesses(counts, exact):
     return [
         distribution_excess(counts, exact, DELTA),
@@ -355,7 +361,7 @@ def excesses(counts, exact):
     ]
 
 
-@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("name", by_case(CASES))
 def test_new_tokens_are_distributed_exactly_as_plain_sampling(name, device):
     counts, exact, trees = cached_run(name, device=device)
     assert max(excesses(counts, exact)) <= 1.0, excesses(counts, exact)
@@ -392,6 +398,7 @@ def test_top_k_base_chains_handed_the_whole_rows_q_are_caught():
     assert dkw_uniform_excess(_pit(trees), DELTA) > 1.0
 
 
+@pytest.mark.xdist_group(CHEAP)
 def test_cheap_base_chains_draw_from_int8_layers_and_two_tokens_a_row():
     """The int8 top-2 case above drew from q rows of at most 2 tokens each, every draft one of its row's, through
     int8 copies of the base LM's linear layers (its embeddings shared, not copied)."""
@@ -404,6 +411,7 @@ def test_cheap_base_chains_draw_from_int8_layers_and_two_tokens_a_row():
     assert quantized.get_input_embeddings().weight is drafter.base_lm.get_input_embeddings().weight
 
 
+@pytest.mark.xdist_group("pard base adaptive")
 def test_the_adaptive_choice_ran_base_chains_and_adapter_drafts():
     """The adaptive base case above held while the choice ran base-LM chains as well as 1..3 adapter drafts and
     plain steps, each many times (tried, then by rate, then probes)."""
@@ -412,6 +420,7 @@ def test_the_adaptive_choice_ran_base_chains_and_adapter_drafts():
     assert set(runs) == {1, 2, 3, "base", "plain"} and min(runs.values()) > 50, runs
 
 
+@pytest.mark.xdist_group(CHEAP)
 def test_base_chains_run_their_own_passes_and_stop_at_a_doubted_draft():
     """The fixed base case above drew every sampled block from the base LM (not the adapter: its q differs), and no
     block holds a draft after one its q gave less than the stop (0.3)."""
@@ -438,6 +447,7 @@ def test_a_base_chain_without_a_base_lm_is_refused_before_generating():
         drafter.attach_base_lm(wrong)
 
 
+@pytest.mark.xdist_group("pard ar adaptive")
 def test_the_adaptive_choice_of_ar_drafts_varied_over_the_calls():
     """The distribution case above held while the choice ran every m of 1..3 (tried, then by rate, then probes)."""
     cached_run("pard ar adaptive")
@@ -445,6 +455,7 @@ def test_the_adaptive_choice_of_ar_drafts_varied_over_the_calls():
     assert set(runs) == {1, 2, 3, "plain"} and sum(runs.values()) > DRAWS, runs
 
 
+@pytest.mark.xdist_group("pard ar stop")
 def test_a_dependent_block_ends_at_a_doubted_draft():
     """The stop case above held while blocks ended at every depth: no block holds a draft after one its q gave less
     than the threshold (0.3), and blocks ended so at depths 1 and 2 as well as running whole."""
@@ -463,6 +474,7 @@ def test_a_dependent_block_ends_at_a_doubted_draft():
     assert ends <= set(lengths) and min(lengths[e] for e in ends) > 50, lengths
 
 
+@pytest.mark.xdist_group("pard ar past the block")
 def test_a_dependent_chain_runs_past_the_block():
     """The past-the-block case above held while its first steps drafted 4 deep with a block of 3 (3 drafts of their
     own passes, then a mask draft), and drafts deeper than the block were accepted."""
@@ -473,7 +485,7 @@ def test_a_dependent_chain_runs_past_the_block():
     assert deep >= DRAWS and accepted >= 20, (deep, accepted)  # about 60 expected
 
 
-@pytest.mark.parametrize("name", ["pard ar chain", CHEAP, BRANCHES])
+@pytest.mark.parametrize("name", by_case(["pard ar chain", CHEAP, BRANCHES]))
 def test_dependent_draws_resolve_a_three_point_error(name):
     """With DRAWS_OF draws, every cell's bound (false-failure 1e-6 over the 64 cells) is under 2 points, so an error
     of 3 points in any cell puts the cell past its bound unless the sample strays 1 point the other way (a
@@ -507,25 +519,27 @@ def _pit(trees, transform=None):
 
 @pytest.mark.parametrize(
     "name",
-    [
-        "chain",
-        "siblings+lookup top-k",
-        "dcoco walk",
-        "dblast mixture",
-        "adaptive budget",
-        "pard siblings+lookup",
-        "pard dcoco walk",
-        "pard dblast mixture",
-        "pard ar chain",
-        "pard ar siblings+lookup",
-        "pard ar + mask tail, top-p, repetition penalty",
-        "pard ar adaptive",
-        "pard ar stop",
-        "pard ar past the block",
-        CHEAP,
-        "pard base adaptive",
-        "pard base branches, top-p, repetition penalty",
-    ],
+    by_case(
+        [
+            "chain",
+            "siblings+lookup top-k",
+            "dcoco walk",
+            "dblast mixture",
+            "adaptive budget",
+            "pard siblings+lookup",
+            "pard dcoco walk",
+            "pard dblast mixture",
+            "pard ar chain",
+            "pard ar siblings+lookup",
+            "pard ar + mask tail, top-p, repetition penalty",
+            "pard ar adaptive",
+            "pard ar stop",
+            "pard ar past the block",
+            CHEAP,
+            "pard base adaptive",
+            "pard base branches, top-p, repetition penalty",
+        ]
+    ),
 )
 def test_q_handed_to_acceptance_is_the_distribution_drafts_were_drawn_from(name):
     _, _, trees = cached_run(name)
@@ -555,6 +569,7 @@ def _first_sibling_q(trees):
     return torch.tensor(wrong), torch.tensor(right)
 
 
+@pytest.mark.xdist_group(BRANCHES)
 def test_merged_branches_handed_the_plain_q_for_later_children_are_caught():
     """Negative control of merged branches: a later child is the first draw that differs from its siblings before
     it, so it is drawn from q without them; handed the plain q, its PIT is not uniform (false-failure 1e-6)."""
@@ -565,6 +580,7 @@ def test_merged_branches_handed_the_plain_q_for_later_children_are_caught():
     assert dkw_uniform_excess(wrong, DELTA) > 1.0
 
 
+@pytest.mark.xdist_group(BRANCHES)
 def test_merged_branches_part_and_stop_per_node():
     """The branches case above held while its trees parted at depths 1 and 2 (nodes with several children), and no
     node holds children after a token its q gave less than the stop (0.3)."""
