@@ -16,11 +16,6 @@ from ..verification.processed import sample
 from .registry import head_of
 
 
-def sample_rows(probs: torch.Tensor, draws: int, rng: torch.Generator | None) -> torch.LongTensor:
-    """(rows, draws) i.i.d. indices from each row of (rows, V) probabilities."""
-    return sample(probs.float(), draws, rng)
-
-
 class BlockPolicy:
     """q_s = softmax(U_s / T), the same for every branch."""
 
@@ -50,11 +45,11 @@ class BlockPolicy:
         greedy = scores.argmax(dim=-1)[:, None]  # (n, 1, k)
         if branches == 1:
             return greedy
-        samples = sample_rows(scores.exp().reshape(n * k, V), branches - 1, rng)  # (n*k, M-1)
+        samples = sample(scores.exp().float().reshape(n * k, V), branches - 1, rng)  # (n*k, M-1) i.i.d. per row
         return torch.cat([greedy, samples.view(n, k, -1).transpose(1, 2)], dim=1)  # (n, M, k)
 
     def path_q(self, scores: torch.Tensor, tokens: torch.LongTensor) -> torch.Tensor:
         return scores.exp()[:, None].expand(-1, tokens.shape[1], -1, -1)  # (n, M, k, Vd)
 
 
-__all__ = ["BlockPolicy", "sample_rows"]
+__all__ = ["BlockPolicy"]
