@@ -3,7 +3,8 @@
 Contracts: greedy output equals plain greedy with drafts that are all, none or exactly j accepted (chain, tree,
 lookup branch, transformers' loop and hf_specdec's, batches, the server); the drafter's cache holds exactly the
 committed tokens after every pass; a PARD over the target itself has its first draft accepted at every step; a
-zero-initialised feature projection drafts exactly as the plain LM; an adapter folder loads as base + adapter.
+zero-initialised feature projection drafts exactly as the plain LM; decoding feeds each slot the target features
+training gives it; an adapter folder loads as base + adapter.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, Logits
 
 import hf_specdec
 from hf_specdec import DecodingSettings, PardCandidateGenerator, PardConfig, PardDrafter
+from hf_specdec.models.pard.layout import PardLayout, layout_features
+from hf_specdec.models.target_features import drafter_layer_ids
+from hf_specdec.training.data import target_features
 
 
 class OraclePardGenerator(OracleScores, PardCandidateGenerator):
@@ -265,6 +269,32 @@ def test_a_fresh_feature_projection_drafts_exactly_as_the_plain_lm(target, promp
         injected.decoding = SETTINGS[name]
         out = target.generate(prompt, max_new_tokens=16, do_sample=False, assistant_model=injected)
         assert torch.equal(out, target.generate(prompt, max_new_tokens=16, do_sample=False))
+
+
+@pytest.mark.parametrize("name", ["chain (transformers' loop)", "tree"])
+def test_decoding_feeds_each_slot_the_target_features_training_gives_it(target, prompt, name):
+    """Train and serve agree on PARD-2 features: every drafter pass while decoding reads, per fed slot, the
+    features `layout_features` gives that slot in training (token t: the target's features of token t-1; a mask:
+    its anchor's), taken from one full target forward over the final sequence (`target_features`)."""
+    drafter = pard(target, lm=tiny_lm(), feature_injection=True, feature_layers=[-1, 1])
+    torch.nn.init.normal_(drafter.feature_proj.weight, std=1.0)
+    drafter.decoding = SETTINGS[name]
+    fed, forward = [], drafter.forward
+
+    def recording_forward(input_ids, position_ids=None, features=None, **kwargs):
+        fed.append((input_ids[0], position_ids[0], features[0]))
+        return forward(input_ids, position_ids=position_ids, features=features, **kwargs)
+
+    drafter.forward = recording_forward
+    out = target.generate(prompt, max_new_tokens=20, do_sample=False, assistant_model=drafter)
+    layers = drafter_layer_ids(drafter.config, target.config)
+    full = target_features(target, out[0].tolist(), layers)  # (T, L*H)
+    assert len(fed) >= 5
+    for ids, slots, features in fed:
+        real = ids != MASK_ID
+        anchor = torch.where(real, slots, slots[real].max())
+        layout = PardLayout(depth=slots - anchor, slot=slots, anchor=anchor)
+        torch.testing.assert_close(features.float(), layout_features(full, layout), atol=1e-4, rtol=1e-4)
 
 
 def test_saved_full_weights_and_adapter_folders_load_with_load_drafter(tmp_path, target, prompt):
