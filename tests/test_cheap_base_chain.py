@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import tiny_target
+from conftest import MASK_ID, tiny_target
 from transformers import (
+    GenerationConfig,
     LogitsProcessorList,
     RepetitionPenaltyLogitsProcessor,
     TemperatureLogitsWarper,
@@ -16,8 +17,10 @@ from transformers import (
     TopPLogitsWarper,
 )
 
-from hf_specdec import DecodingSettings
-from hf_specdec.models.int8_weights import Int8Linear, int8_available, int8_copy
+from hf_specdec import DecodingSettings, PardDrafter
+from hf_specdec.models.int8_weights import Int8Linear, int8_available, int8_copy, one_token_seconds
+from hf_specdec.models.pard import modeling_pard
+from hf_specdec.models.pard.generation_pard import PardCandidateGenerator
 from hf_specdec.verification.processed import probabilities, process_rows, top_probabilities
 
 pytestmark = pytest.mark.skipif(not int8_available("cpu"), reason="torch lacks the CPU int8 weight-only kernel")
@@ -93,3 +96,60 @@ def test_cheap_base_chain_settings_are_checked():
         DecodingSettings(sampled_base_topk=-1)
     with pytest.raises(TypeError, match="sampled_base_topk"):
         DecodingSettings(sampled_base_topk=2.5)
+
+
+def _drafter_with_base_lm():
+    target = tiny_target("llama")
+    drafter = PardDrafter.from_causal_lm(tiny_target("llama", seed=7), target, mask_token_id=MASK_ID, block_size=4)
+    drafter.attach_base_lm(tiny_target("llama", seed=7))
+    drafter.decoding = DecodingSettings(budget="fixed", sampled_base_drafts=3, sampled_base_weights="auto")
+    return drafter, target
+
+
+def _generator(drafter, target):
+    return PardCandidateGenerator(drafter, target, GenerationConfig(max_length=64, do_sample=True))
+
+
+def test_one_token_seconds_times_every_way_of_running_an_lm():
+    lm = tiny_target("llama", vocab=32, layers=2)
+    quantized = int8_copy(lm)
+    ways = {"as_loaded": (lm.get_decoder(), lm.lm_head), "int8": (quantized.get_decoder(), quantized.lm_head)}
+    seconds = one_token_seconds(ways, context=8, reps=3)
+    assert set(seconds) == {"as_loaded", "int8"} and all(0 < s < 10 for s in seconds.values()), seconds
+
+
+def test_auto_weights_follow_the_timing_this_machine_gives():
+    """Unpatched: the choice is the one the measured seconds say, and it is timed once per drafter."""
+    drafter, target = _drafter_with_base_lm()
+    first = _generator(drafter, target)
+    seconds = drafter.base_weights_seconds
+    assert set(seconds) == {"as_loaded", "int8"} and all(s > 0 for s in seconds.values())
+    int8_won = seconds["int8"] < seconds["as_loaded"]
+    assert isinstance(first.base_chain.head, Int8Linear) == int8_won
+    assert ("_int8_base" in drafter.__dict__) == int8_won  # the copies are kept only where they pay
+    _generator(drafter, target)
+    assert drafter.base_weights_seconds == seconds  # not timed again
+
+
+@pytest.mark.parametrize("winner", ["int8", "as_loaded"])
+def test_auto_weights_run_base_chains_through_the_faster_way(monkeypatch, winner):
+    """With the timer's answer fixed, chains run through int8 copies exactly when they timed faster; the losing
+    copies are dropped. Either way a chain's q is what its drafts are drawn from (test_sampling_distribution.py
+    checks both weights)."""
+    calls = []
+
+    def timed(ways, **kwargs):
+        calls.append(sorted(ways))
+        return {"int8": 1.0, "as_loaded": 2.0} if winner == "int8" else {"int8": 2.0, "as_loaded": 1.0}
+
+    monkeypatch.setattr(modeling_pard, "one_token_seconds", timed)
+    drafter, target = _drafter_with_base_lm()
+    for _ in range(2):
+        chain = _generator(drafter, target).base_chain
+        assert isinstance(chain.head, Int8Linear) == (winner == "int8")
+        quantized = not any(isinstance(m, torch.nn.Linear) for m in chain.decoder.modules())
+        assert quantized == (winner == "int8")
+    assert calls == [["as_loaded", "int8"]]  # timed once, both ways
+    assert ("_int8_base" in drafter.__dict__) == (winner == "int8")
+    tree = _generator(drafter, target).sampled_tree(torch.tensor([[1, 5, 9, 12, 7]]), 3, 1, LogitsProcessorList())
+    assert tree.q is not None and all(float(tree.q[d, tree.tokens[d]]) > 0 for d in range(len(tree)))

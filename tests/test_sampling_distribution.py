@@ -129,13 +129,20 @@ CASES = {
             sampled_base_drafts=3,
             sampled_base_stop=0.3,
             sampled_base_stop_on="path",
+            sampled_base_weights="as_loaded",
         ),
         0.8,
         None,
     ),
     # three i.i.d. base-LM chains per block merged where they agree (a trie of whole sampled branches)
     "pard base branches, top-p, repetition penalty": (
-        DecodingSettings(budget="fixed", sampled_base_drafts=3, sampled_base_stop=0.3, sampled_base_branches=3),
+        DecodingSettings(
+            budget="fixed",
+            sampled_base_drafts=3,
+            sampled_base_stop=0.3,
+            sampled_base_branches=3,
+            sampled_base_weights="as_loaded",
+        ),
         1.0,
         None,
     ),

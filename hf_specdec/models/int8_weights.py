@@ -10,9 +10,14 @@ target's, only how often a draft is kept can move (docs/verification.md 1.4).
 from __future__ import annotations
 
 import copy
+import inspect
+import statistics
+import time
+from collections.abc import Callable
 
 import torch
 from torch import nn
+from transformers import DynamicCache
 
 
 def int8_available(device: torch.device | str) -> bool:
@@ -55,4 +60,31 @@ def int8_copy(model: nn.Module) -> nn.Module:
     return quantized
 
 
-__all__ = ["Int8Linear", "int8_available", "int8_copy"]
+def one_token_seconds(
+    ways: dict[str, tuple[nn.Module, Callable[[torch.Tensor], torch.Tensor]]], context: int = 32, reps: int = 5
+) -> dict[str, float]:
+    """Median seconds of a one-token pass (a decoder step over a `context`-token cache, then its head) for each
+    way of running one LM: name -> (decoder, head). The ways take turns, so a machine that slows down mid-way
+    slows them alike; each gets one untimed pass first."""
+    seconds: dict[str, list[float]] = {name: [] for name in ways}
+    caches = {}
+    with torch.inference_mode():
+        for name, (decoder, head) in ways.items():
+            device = next(decoder.parameters()).device
+            arg = "cache" if "cache" in inspect.signature(decoder.forward).parameters else "past_key_values"
+            ids = torch.zeros(1, context, dtype=torch.long, device=device)  # (1, context) id 0: every vocabulary has it
+            cache = DynamicCache()
+            decoder(input_ids=ids, use_cache=True, **{arg: cache})
+            caches[name] = (decoder, head, arg, cache, ids[:, -1:])  # ids[:, -1:]: (1, 1) the token each pass feeds
+        for rep in range(reps + 1):
+            for name, (decoder, head, arg, cache, token) in caches.items():
+                start = time.perf_counter()
+                out = decoder(input_ids=token, use_cache=True, **{arg: cache})
+                head(out.last_hidden_state[:, -1]).float().sum().item()  # the host read a chain's draw makes
+                if rep:
+                    seconds[name].append(time.perf_counter() - start)
+                cache.crop(-1)  # back to the context
+    return {name: statistics.median(s) for name, s in seconds.items()}
+
+
+__all__ = ["Int8Linear", "int8_available", "int8_copy", "one_token_seconds"]

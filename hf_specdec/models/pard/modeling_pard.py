@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from safetensors.torch import save_file
 from transformers import AutoModelForCausalLM, PreTrainedModel
 
@@ -27,7 +28,7 @@ from ..attach import HEAD_WEIGHTS, is_head_folder, load_head_folder
 from ..base_models import missing_base_hint, resolve_base_model
 from ..checkpoints import load_checked, read_config_dict, read_safetensors, readable
 from ..draft_vocab import checked_draft_vocab, vocab_bound
-from ..int8_weights import Int8Linear, int8_copy
+from ..int8_weights import Int8Linear, int8_copy, one_token_seconds
 from ..peft_probe import quiet_peft_probe
 from ..registry import build_head, published_format
 from ..settings import SavedDecoding
@@ -103,6 +104,36 @@ class PardDrafter(SavedDecoding, PreTrainedModel):
             cached = (key, int8_copy(base), Int8Linear(head_weight, head_bias))
             self.__dict__["_int8_base"] = cached
         return cached[1], cached[2]
+
+    def base_int8_pays(self, head_weight: torch.Tensor, head_bias: torch.Tensor | None) -> bool:
+        """`sampled_base_weights="auto"`: whether the int8 copies (`int8_base`) run a one-token base-LM pass faster
+        than the weights as loaded, on this machine. Timed once per weight version (about a second on a 2-core
+        CPU) and kept on the drafter with its seconds (`base_weights_seconds`); the copies are dropped if they lose.
+        Which weights run changes only how often drafts are kept, never the output: q is what the draft was drawn
+        from either way."""
+        first = next(self.base_lm.parameters())
+        key = (first.data_ptr(), first.dtype, first.device, head_weight.data_ptr(), head_weight._version)
+        known = self.__dict__.get("_int8_pays")
+        if known is None or known[0] != key:
+            quantized, head = self.int8_base(head_weight, head_bias)
+            seconds = one_token_seconds(
+                {
+                    "as_loaded": (self.base_lm.get_decoder(), lambda h: F.linear(h, head_weight, head_bias)),
+                    "int8": (quantized.get_decoder(), head),
+                }
+            )
+            known = (key, seconds["int8"] < seconds["as_loaded"], seconds)
+            self.__dict__["_int8_pays"] = known
+            if not known[1]:
+                self.__dict__.pop("_int8_base", None)  # the copies lost: their memory goes back
+        return known[1]
+
+    @property
+    def base_weights_seconds(self) -> dict[str, float] | None:
+        """Seconds of a one-token base-LM pass per way ("as_loaded", "int8") as `base_int8_pays` timed them on this
+        machine, or None before any timing."""
+        known = self.__dict__.get("_int8_pays")
+        return None if known is None else dict(known[2])
 
     def add_feature_injection(
         self, target_config, target_layer_ids: list[int], scale: float = 0.02, bias: bool = False
