@@ -52,6 +52,8 @@ def main() -> None:
     if args.sample:
         gen.update(do_sample=True, temperature=0.7, top_p=0.9, top_k=0)
     target.generate(**inputs, max_new_tokens=2, do_sample=False)  # warm-up
+    # the drafter's warm-up too: its one-time costs (a sampled chain's first call times its weights, about a second)
+    target.generate(**inputs, assistant_model=drafter, **{**gen, "max_new_tokens": 4})
 
     torch.manual_seed(0)
     plain, t_plain = timed(lambda: target.generate(**inputs, **gen))
