@@ -73,6 +73,7 @@ TRAINING_LOG = {
 CHILD = """
 import sys, torch, hf_specdec
 from transformers import AutoModel
+torch.set_num_threads(int(sys.argv[4]))  # the parent's: a matmul split over other threads sums in another order
 inputs, repo, out = torch.load(sys.argv[1]), sys.argv[2], sys.argv[3]
 head = inputs.pop("lm_head")
 models = {"load_drafter": hf_specdec.load_drafter(repo), "AutoModel": AutoModel.from_pretrained(repo)}
@@ -168,7 +169,7 @@ def test_push_then_load_from_a_fresh_process_gives_identical_logits(hub_env, tin
     (tmp_path / "child.py").write_text(CHILD)
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_TOKEN")}
     env.update(HF_HOME=str(tmp_path / "fresh_home"), TQDM_DISABLE="1", PYTHONPATH=str(REPO_ROOT))
-    child = [sys.executable, "child.py", "inputs.pt", "org/tiny-drafter", "out.pt"]
+    child = [sys.executable, "child.py", "inputs.pt", "org/tiny-drafter", "out.pt", str(torch.get_num_threads())]
     run = subprocess.run(child, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-3000:]
     out = torch.load(tmp_path / "out.pt")
