@@ -92,13 +92,17 @@ class PardDrafter(SavedDecoding, PreTrainedModel):
             )
         self.__dict__["_base_lm"] = lm.eval()
 
+    def _base_weights_key(self, head_weight: torch.Tensor) -> tuple:
+        """What `int8_base` and `base_int8_pays` are kept for: the base LM's weights and the head rows, as they are."""
+        first = next(self.base_lm.parameters())
+        return (first.data_ptr(), first.dtype, first.device, head_weight.data_ptr(), head_weight._version)
+
     def int8_base(self, head_weight: torch.Tensor, head_bias: torch.Tensor | None) -> tuple[nn.Module, nn.Module]:
         """Weight-only int8 copies of `base_lm` (its linear layers; embeddings and norms shared) and of the head rows
         `head_weight` (Vd, H) it scores with (`DecodingSettings.sampled_base_weights`). Built once per weight
         version and kept on the drafter (never saved)."""
         base = self.base_lm
-        first = next(base.parameters())
-        key = (first.data_ptr(), first.dtype, first.device, head_weight.data_ptr(), head_weight._version)
+        key = self._base_weights_key(head_weight)
         cached = self.__dict__.get("_int8_base")
         if cached is None or cached[0] != key:
             cached = (key, int8_copy(base), Int8Linear(head_weight, head_bias))
@@ -111,8 +115,7 @@ class PardDrafter(SavedDecoding, PreTrainedModel):
         CPU) and kept on the drafter with its seconds (`base_weights_seconds`); the copies are dropped if they lose.
         Which weights run changes only how often drafts are kept, never the output: q is what the draft was drawn
         from either way."""
-        first = next(self.base_lm.parameters())
-        key = (first.data_ptr(), first.dtype, first.device, head_weight.data_ptr(), head_weight._version)
+        key = self._base_weights_key(head_weight)
         known = self.__dict__.get("_int8_pays")
         if known is None or known[0] != key:
             quantized, head = self.int8_base(head_weight, head_bias)
