@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hf_specdec.models.pard.ar_choice import PROBE_EVERY, RECENT, TRIED, ArChoice, choice_of, choices
+from hf_specdec.models.pard.ar_choice import MARGIN, PROBE_EVERY, RECENT, TRIED, ArChoice, choice_of, choices
 
 
 def run(choice: ArChoice, rates: dict, steps: int) -> list:
@@ -63,3 +63,19 @@ def test_a_base_chain_is_tried_first_and_plain_steps_win_where_no_draft_pays():
     picked = run(losing, {"base": 1.0, 1: 1.5, 2: 1.2, "plain": 4.0}, 64)  # no draft pays: plain steps
     after = picked[4 * TRIED :]
     assert after.count("plain") >= len(after) - len(after) // PROBE_EVERY - 1
+
+
+def test_noisy_rates_do_not_move_the_current_choice_but_a_clear_win_does():
+    choice = ArChoice(largest=1, base=True)  # options: "base", 1, "plain"
+    committed = {"base": [1, 9, 2, 8, 1, 9], 1: [5, 6, 5], "plain": [1, 1, 1]}  # base: mean 5, noisy
+    for m in ("base", 1, "plain"):
+        for c in committed[m][:TRIED] if m != "base" else committed[m]:
+            choice.learn(m, c, 1.0)
+    assert choice.rate(1) > choice.rate("base") and choice.rate_error("base") > 0
+    choice.steps = 1  # not a probe step
+    assert choice.choose() == "base"  # 1's lead (0.33 tok/s) is well inside the noise
+    for _ in range(8):
+        choice.learn(1, 14, 1.0)  # now 1 commits far more than base, beyond MARGIN standard errors
+    noise = (choice.rate_error("base") ** 2 + choice.rate_error(1) ** 2) ** 0.5
+    assert choice.rate(1) - choice.rate("base") > MARGIN * noise
+    assert choice.choose() == 1 and choice.current == 1

@@ -13,8 +13,13 @@ often the target keeps a sampled draft). So each is judged by its realized rate,
 whole steps (drafter passes, the verify forward, acceptance), over its last `RECENT` steps:
 
 1) every choice is tried until it has `TRIED` judged steps (in the order above);
-2) then the best rate wins; every `PROBE_EVERY` steps the choice tried longest ago runs once instead, so a change of
-   text (code to prose) is seen.
+2) then the current choice (at first the first above) runs until another's rate beats its rate by `MARGIN` standard
+   errors of their difference, and that one becomes current; every `PROBE_EVERY` steps the choice tried longest ago
+   runs once instead, so a change of text (code to prose) is seen.
+
+The margin is there because a sampled step's committed tokens are noisy (a base-LM chain commits 1 to 20 at T=1):
+judged on plain means, a few unlucky chains handed the choice to shorter blocks that measured slower when run on
+every block (docs/verification.md 1.4). Rates that differ by more than their noise still move it at once.
 
 A step whose drafter first caught up on more than `CATCH_UP` committed tokens (the base LM reading the prompt on its
 first chain of a call) is not judged: the catch-up says nothing of the way the block was drafted.
@@ -39,9 +44,10 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-RECENT = 8  # judged steps kept per choice
+RECENT = 16  # judged steps kept per choice
 TRIED = 3  # judged steps every choice gets before rates decide
 PROBE_EVERY = 16  # steps between runs of the choice tried longest ago
+MARGIN = 2.0  # standard errors by which another choice's rate must beat the current one's to take over
 # a block whose first drafter pass reads more committed tokens than this (the prompt, a long run of plain steps) is
 # not judged: that catch-up is paid once, whatever is chosen after it
 CATCH_UP = 32
@@ -57,6 +63,7 @@ class ArChoice:
     recent: dict[int | str, deque] = field(default_factory=dict)  # choice -> (committed, seconds) of its last steps
     last_run: dict[int | str, int] = field(default_factory=dict)  # choice -> the step it last ran at
     runs: dict[int | str, int] = field(default_factory=dict)  # choice -> steps it was chosen for (a report shows)
+    current: int | str | None = None  # the choice that runs between probes once every one was tried
 
     options: list[int | str] = field(init=False)  # "base", the counts (`choices`), "plain": worked out once
 
@@ -73,7 +80,7 @@ class ArChoice:
         elif self.steps % PROBE_EVERY == 0:
             m = min(options, key=lambda m: self.last_run.get(m, -1))
         else:
-            m = max(options, key=self.rate)
+            m = self.current = self._leader()
         self.last_run[m] = self.steps
         self.runs[m] = self.runs.get(m, 0) + 1
         return m
@@ -88,6 +95,25 @@ class ArChoice:
         seen = self.recent.get(m, ())
         seconds = sum(s for _, s in seen)
         return sum(c for c, _ in seen) / seconds if seconds else 0.0
+
+    def rate_error(self, m: int | str) -> float:
+        """The standard error of `rate(m)` as a ratio estimator: sqrt(sum (c_i - r s_i)^2 / (n - 1)) sqrt(n) / sum s_i
+        over m's recent steps (0 with fewer than two)."""
+        seen, r = self.recent.get(m, ()), self.rate(m)
+        n, seconds = len(seen), sum(s for _, s in seen)
+        if n < 2 or not seconds:
+            return 0.0
+        spread = sum((c - r * s) ** 2 for c, s in seen) / (n - 1)
+        return (spread * n) ** 0.5 / seconds
+
+    def _leader(self) -> int | str:
+        """The current choice, or the best rate where it beats the current one's by `MARGIN` standard errors."""
+        best = max(self.options, key=self.rate)
+        now = self.current if self.current is not None else self.options[0]
+        if best == now:
+            return now
+        noise = (self.rate_error(best) ** 2 + self.rate_error(now) ** 2) ** 0.5
+        return best if self.rate(best) - self.rate(now) > MARGIN * noise else now
 
 
 def choices(largest: int) -> list[int]:
