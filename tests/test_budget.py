@@ -258,11 +258,10 @@ def test_drafting_that_really_commits_less_per_second_than_plain_backs_off():
     assert not budget.plan(1, lambda: [tree]).drafted
 
 
-def test_a_budget_without_plain_steps_keeps_drafting_and_verifies_each_tree_whole():
-    """Where the drafter chooses its sampled blocks itself (sampled PARD blocks, `Budget.plain_steps` off), drafted
-    steps that commit far less than plain steps do not send the call to plain steps, and every drafted tree is
-    verified whole: the drafter chose how long the block is and has paid its passes. A fresh memory first measures
-    the one-token cost with a plain step."""
+def test_a_budget_without_plain_steps_keeps_drafting_and_marks_trees_cut_to_measure():
+    """Where the drafter chooses plain steps itself (sampled PARD blocks, `Budget.plain_steps` off), drafted steps
+    that commit far less than plain steps do not send the call to plain steps; a tree the budget cuts to a size it
+    measures is marked so (`DraftTree.measuring`) for the drafter's own judgement."""
     tree = best_first_tree([[-0.01] * 2] * 7, [[5, 6]] * 7, 10)
     flat = StepCostModel("flat")
     for fed in range(1, 80):
@@ -270,14 +269,14 @@ def test_a_budget_without_plain_steps_keeps_drafting_and_verifies_each_tree_whol
     budget = Budget(BudgetMemory(flat, always_accepted(tree)), draft_seconds=0.001, plain_steps=False)
     for _ in range(6):
         plan = budget.plan(1, lambda: [tree])
-        assert plan.drafted and plan.trees[0] is tree and not plan.measuring
+        assert plan.drafted and not tree.measuring
         budget.learn(step(plan, 1, 0.05))  # 20 tokens/s against plain steps' 100
     assert budget.plan(1, lambda: [tree]).drafted
     fresh = Budget(BudgetMemory(StepCostModel("fresh"), AcceptanceModel()), plain_steps=False)
     assert not fresh.plan(1, lambda: [tree]).drafted  # the one-token cost is measured first, by a plain step
     fresh.memory.costs.record(1, 0.010)
-    whole = fresh.plan(1, lambda: [tree])
-    assert whole.trees[0] is tree and not whole.measuring and not tree.measuring  # no size is cut to be measured
+    cut = fresh.plan(1, lambda: [tree])
+    assert cut.measuring and len(cut.trees[0]) < len(tree) and tree.measuring
 
 
 def test_a_new_load_borrows_a_close_row_count_curve_and_plain_verdict():

@@ -407,8 +407,8 @@ def test_an_adapter_folder_that_samples_base_chains_keeps_its_base_weights_apart
 
 def test_sampled_calls_of_a_drafter_that_chooses_its_blocks_leave_plain_steps_to_the_choice(target):
     """With the adaptive budget, exact-q sampling and more than one way to draft a sampled block, the drafter's
-    per-block choice (plain steps included) decides plain steps and the budget verifies each block whole; greedy
-    calls and fixed budgets are as before."""
+    per-block choice (plain steps included) decides plain steps and the budget only cuts; greedy calls and fixed
+    budgets are as before."""
     from hf_specdec.decoding.batch import SpeculativeBatch
     from hf_specdec.decoding.budget import Budget, FixedBudget
 

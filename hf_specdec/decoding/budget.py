@@ -66,9 +66,8 @@ class Budget:
     realized: dict[int, list[tuple[int, float, float]]] = field(default_factory=dict)
     resuming: bool = True  # no drafter pass since the call began or since a plain step: the next one catches up
     planned: set[int] = field(default_factory=set)  # loads this call has planned a step for
-    # False: the drafter chooses plain steps itself from realized rates (sampled PARD blocks, `ar_choice.py`) and
-    # how long each block is (a base-LM chain's own stop); the budget verifies what it drafted, uncut, and never
-    # sends the call to plain steps
+    # False: the drafter chooses plain steps itself from realized rates (sampled PARD blocks, `ar_choice.py`); the
+    # budget only cuts each drafted tree to the nodes that pay, and never sends the call to plain steps
     plain_steps: bool = True
 
     def plan(self, rows: int, draft: Callable[[], list[DraftTree]]) -> StepPlan:
@@ -77,8 +76,6 @@ class Budget:
         if not self._drafting(rows):
             return StepPlan.plain(rows)
         drafts = draft()
-        if not self.plain_steps:  # the drafter chose the block and paid its passes: every draft is verified
-            return StepPlan(True, drafts, drafts)
         node_values = [self.memory.acceptance.node_values(t) for t in drafts]  # per tree, in node order
         values = [sorted(v, reverse=True) for v in node_values]
         most = max((len(v) for v in values), default=0)

@@ -24,10 +24,10 @@ every block (docs/verification.md 1.4). Rates that differ by more than their noi
 A step whose drafter first caught up on more than `CATCH_UP` committed tokens (the base LM reading the prompt on its
 first chain of a call) is not judged: the catch-up says nothing of the way the block was drafted.
 
-This choice decides the plain steps of such calls and how long each block is (`Budget.plain_steps` is off for them;
-the budget verifies each drafted block whole, since its passes are paid): the budget's own plain steps, judged over
-steps of every choice at once, sent T=1 calls to plain steps while a choice that pays was still untried
-(docs/verification.md 1.4). "plain" keeps such calls from running slower than plain sampling where no draft pays.
+This choice decides the plain steps of such calls (`Budget.plain_steps` is off for them; the budget only cuts each
+drafted tree to the nodes worth verifying): the budget's own plain steps, judged over steps of every choice at once,
+sent T=1 calls to plain steps while a choice that pays was still untried (docs/verification.md 1.4). "plain" keeps
+such calls from running slower than plain sampling where no draft pays.
 
 With `sampled_choice_context="copying"` a row that is copying a span (its previous step accepted a prompt-lookup
 node) chooses from a memory of its own: there the lookup branch alone may commit as much as a drafted block. It is

@@ -207,7 +207,7 @@ class PardCandidateGenerator(BlockDraftCandidateGenerator):
     def chooses_sampled_blocks(drafter: PardDrafter, settings) -> bool:
         """Whether this drafter's sampled blocks are chosen per block by what each way realized (`ar_choice.py`):
         the adaptive budget, with more than one way to draft and no head. The choice ("plain" included) then decides
-        the call's plain steps; the budget verifies each drafted block whole."""
+        the call's plain steps; the budget only cuts each block to the nodes worth verifying."""
         several = settings.sampled_ar_drafts > 1 or settings.sampled_base_drafts > 0
         return settings.budget == "auto" and several and head_of(drafter) is None
 
