@@ -279,6 +279,20 @@ def test_a_budget_without_plain_steps_keeps_drafting_and_marks_trees_cut_to_meas
     assert cut.measuring and len(cut.trees[0]) < len(tree) and tree.measuring
 
 
+def test_a_budget_that_does_not_cut_verifies_each_drafted_tree_whole():
+    """Where the drafter also chose each block's length and paid its passes (sampled base-LM chains, `Budget.cuts`
+    off), every drafted tree is verified whole, none cut to a size the budget measures, however little its nodes
+    are worth; a fresh memory still measures the one-token cost first, with a plain step."""
+    tree = best_first_tree([[-3.0] * 2] * 7, [[5, 6]] * 7, 10)  # nodes the acceptance model values low
+    fresh = Budget(BudgetMemory(StepCostModel("fresh"), AcceptanceModel()), plain_steps=False, cuts=False)
+    assert not fresh.plan(1, lambda: [tree]).drafted
+    fresh.memory.costs.record(1, 0.010)
+    for _ in range(4):
+        whole = fresh.plan(1, lambda: [tree])
+        assert whole.drafted and whole.trees[0] is tree and not whole.measuring and not tree.measuring
+        fresh.learn(step(whole, 1, 0.5))  # 2 tokens/s against plain steps' 100: the drafter's choice decides
+
+
 def test_a_new_load_borrows_a_close_row_count_curve_and_plain_verdict():
     costs = StepCostModel("load")
     for fed in GRID:

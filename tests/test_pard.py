@@ -407,8 +407,8 @@ def test_an_adapter_folder_that_samples_base_chains_keeps_its_base_weights_apart
 
 def test_sampled_calls_of_a_drafter_that_chooses_its_blocks_leave_plain_steps_to_the_choice(target):
     """With the adaptive budget, exact-q sampling and more than one way to draft a sampled block, the drafter's
-    per-block choice (plain steps included) decides plain steps and the budget only cuts; greedy calls and fixed
-    budgets are as before."""
+    per-block choice (plain steps included) decides plain steps and the budget only cuts, or with base-LM chains
+    verifies each block whole; greedy calls and fixed budgets are as before."""
     from hf_specdec.decoding.batch import SpeculativeBatch
     from hf_specdec.decoding.budget import Budget, FixedBudget
 
@@ -416,8 +416,12 @@ def test_sampled_calls_of_a_drafter_that_chooses_its_blocks_leave_plain_steps_to
     drafter.decoding = DecodingSettings(budget="auto", sampled_ar_drafts=3)
     sampled = SpeculativeBatch(target, drafter, GenerationConfig(do_sample=True))
     greedy = SpeculativeBatch(target, drafter, GenerationConfig(do_sample=False))
-    assert isinstance(sampled.budget, Budget) and not sampled.budget.plain_steps
-    assert isinstance(greedy.budget, Budget) and greedy.budget.plain_steps
+    assert isinstance(sampled.budget, Budget) and not sampled.budget.plain_steps and sampled.budget.cuts
+    assert isinstance(greedy.budget, Budget) and greedy.budget.plain_steps and greedy.budget.cuts
+    drafter.decoding = DecodingSettings(budget="auto", sampled_base_drafts=8)
+    chains = SpeculativeBatch(target, drafter, GenerationConfig(do_sample=True)).budget
+    assert not chains.plain_steps and not chains.cuts
+    assert SpeculativeBatch(target, drafter, GenerationConfig(do_sample=False)).budget.cuts
     drafter.decoding = DecodingSettings(budget="auto", sampled_ar_drafts=1)  # one way only: the budget decides
     assert SpeculativeBatch(target, drafter, GenerationConfig(do_sample=True)).budget.plain_steps
     drafter.decoding = DecodingSettings(budget="fixed", sampled_ar_drafts=3)

@@ -419,12 +419,12 @@ def test_cheap_base_chains_draw_from_int8_layers_and_two_tokens_a_row():
 
 
 @pytest.mark.xdist_group("pard base adaptive")
-def test_the_adaptive_choice_ran_base_chains_and_adapter_drafts():
-    """The adaptive base case above held while the choice ran base-LM chains as well as 1..3 adapter drafts and
-    plain steps, each many times (tried, then by rate, then probes)."""
+def test_the_adaptive_choice_ran_base_chains_and_plain_steps():
+    """The adaptive base case above held while the choice ran base-LM chains and plain steps (its only choices with a
+    base LM), each many times (tried, then by rate, then probes)."""
     cached_run("pard base adaptive")
     runs = DRAFTERS["pard base adaptive", BlockDrafter]._ar_choice.runs
-    assert set(runs) == {1, 2, 3, "base", "plain"} and min(runs.values()) > 50, runs
+    assert set(runs) == {"base", "plain"} and min(runs.values()) > 50, runs
 
 
 @pytest.mark.xdist_group(CHEAP)

@@ -75,10 +75,15 @@ class SpeculativeBatch:
         self.generator_class = generator_class_for(drafter)
         self.draft_rows = capabilities_of(drafter).draft_rows  # the generator class drafts rows in one pass
         adaptive = self.settings.budget == "auto"
-        chooses = getattr(self.generator_class, "chooses_sampled_blocks", None)  # a kind that chooses its blocks
-        # such a drafter chooses each sampled block's way from realized rates, plain steps included: the budget cuts
-        plain_steps = not (self.exact_q and chooses is not None and chooses(drafter, self.settings))
-        self.budget = Budget(memory_of(drafter, target), plain_steps=plain_steps) if adaptive else FixedBudget()
+        # a kind that chooses each sampled block's way from realized rates, plain steps included (the budget only
+        # cuts), and maybe its length too (the budget verifies each block whole); a registered kind may say neither
+        kind = self.generator_class
+        chooses = self.exact_q and getattr(kind, "chooses_sampled_blocks", lambda *_: False)(drafter, self.settings)
+        whole = chooses and getattr(kind, "sampled_blocks_whole", lambda *_: False)(drafter, self.settings)
+        if adaptive:
+            self.budget = Budget(memory_of(drafter, target), plain_steps=not chooses, cuts=not whole)
+        else:
+            self.budget = FixedBudget()
         self.rows: list[Row] = []
         self.forwards = BatchForwards()  # target forwards of the whole batch, shared by its rows' statistics
         self.cache = DynamicCache()

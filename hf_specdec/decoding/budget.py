@@ -69,6 +69,9 @@ class Budget:
     # False: the drafter chooses plain steps itself from realized rates (sampled PARD blocks, `ar_choice.py`); the
     # budget only cuts each drafted tree to the nodes that pay, and never sends the call to plain steps
     plain_steps: bool = True
+    # False: the drafter also chose each block's length and paid its passes (sampled base-LM chains, their own stop):
+    # every drafted tree is verified whole
+    cuts: bool = True
 
     def plan(self, rows: int, draft: Callable[[], list[DraftTree]]) -> StepPlan:
         """The step over `rows` rows: plain (no drafter pass), or `draft()`'s trees (one per row, at their largest
@@ -76,6 +79,8 @@ class Budget:
         if not self._drafting(rows):
             return StepPlan.plain(rows)
         drafts = draft()
+        if not self.cuts:
+            return StepPlan(True, drafts, drafts)
         node_values = [self.memory.acceptance.node_values(t) for t in drafts]  # per tree, in node order
         values = [sorted(v, reverse=True) for v in node_values]
         most = max((len(v) for v in values), default=0)

@@ -226,8 +226,14 @@ class BlockDraftCandidateGenerator(CandidateGenerator):
 
     @staticmethod
     def chooses_sampled_blocks(drafter, settings) -> bool:
-        """Whether the drafter chooses each sampled block's way itself (then verified whole); a kind that does
+        """Whether the drafter chooses each sampled block's way itself, plain steps included; a kind that does
         (PARD, `models/pard/ar_choice.py`) says so. This one does not."""
+        return False
+
+    @staticmethod
+    def sampled_blocks_whole(drafter, settings) -> bool:
+        """Whether a drafter that chooses its sampled blocks also chose their lengths, so each is verified whole;
+        this kind does not choose."""
         return False
 
     def most_drafts(self, sampled: bool) -> int:

@@ -5,8 +5,12 @@ With `DecodingSettings(budget="auto")` and exact-q sampling, a PARD drafter with
 `sampled_base_drafts > 0` picks, before each sampled block, one of:
 - "base": a dependent chain from its base LM (`base_chain.py`), when `sampled_base_drafts` is set;
 - m in 1..M (every count up to 4, then about 1.5x apart: `choices`): drafts 1..m drawn one adapter pass each, the
-  rest from pass m's mask slots;
+  rest from pass m's mask slots; only without a base-LM chain;
 - "plain": no drafter pass and no drafts (a plain step, plus the prompt-lookup branch if it is on).
+
+With a base-LM chain the choice is between "base" and "plain" only: at T=1 and T=0.7 every block a chain, verified
+whole, measured 1.12x and 1.10x faster than a choice that also held adapter drafts (docs/verification.md 1.4), whose
+short blocks won the choice on unlucky chains where they did not pay over whole calls.
 
 What pays depends on the machine (a drafter pass against a verify forward), on the text and on the temperature (how
 often the target keeps a sampled draft). So each is judged by its realized rate, committed tokens per second of
@@ -24,10 +28,11 @@ every block (docs/verification.md 1.4). Rates that differ by more than their noi
 A step whose drafter first caught up on more than `CATCH_UP` committed tokens (the base LM reading the prompt on its
 first chain of a call) is not judged: the catch-up says nothing of the way the block was drafted.
 
-This choice decides the plain steps of such calls (`Budget.plain_steps` is off for them; the budget only cuts each
-drafted tree to the nodes worth verifying): the budget's own plain steps, judged over steps of every choice at once,
-sent T=1 calls to plain steps while a choice that pays was still untried (docs/verification.md 1.4). "plain" keeps
-such calls from running slower than plain sampling where no draft pays.
+This choice decides the plain steps of such calls (`Budget.plain_steps` is off for them): the budget's own plain
+steps, judged over steps of every choice at once, sent T=1 calls to plain steps while a choice that pays was still
+untried (docs/verification.md 1.4). "plain" keeps such calls from running slower than plain sampling where no draft
+pays. A base-LM chain is verified whole (`Budget.cuts` off: its passes are paid and its own stop chose its length;
+cut to the budget's size it was held to 7 drafts); adapter drafts are cut to the nodes worth verifying.
 
 With `sampled_choice_context="copying"` a row that is copying a span (its previous step accepted a prompt-lookup
 node) chooses from a memory of its own: there the lookup branch alone may commit as much as a drafted block. It is
@@ -55,7 +60,7 @@ CATCH_UP = 32
 
 @dataclass
 class ArChoice:
-    """The per-block choice ("base" with `base`, m in 1..`largest`, "plain") and what each choice realized."""
+    """The per-block choice ("base" with `base`, else m in 1..`largest`; "plain") and what each choice realized."""
 
     largest: int
     base: bool = False  # a base-LM chain is one of the choices
@@ -65,10 +70,10 @@ class ArChoice:
     runs: dict[int | str, int] = field(default_factory=dict)  # choice -> steps it was chosen for (a report shows)
     current: int | str | None = None  # the choice that runs between probes once every one was tried
 
-    options: list[int | str] = field(init=False)  # "base", the counts (`choices`), "plain": worked out once
+    options: list[int | str] = field(init=False)  # "base" or the counts (`choices`), "plain": worked out once
 
     def __post_init__(self) -> None:
-        self.options = (["base"] if self.base else []) + choices(self.largest) + ["plain"]
+        self.options = (["base"] if self.base else choices(self.largest)) + ["plain"]
 
     def choose(self) -> int | str:
         """The m for the next sampled block."""

@@ -207,9 +207,16 @@ class PardCandidateGenerator(BlockDraftCandidateGenerator):
     def chooses_sampled_blocks(drafter: PardDrafter, settings) -> bool:
         """Whether this drafter's sampled blocks are chosen per block by what each way realized (`ar_choice.py`):
         the adaptive budget, with more than one way to draft and no head. The choice ("plain" included) then decides
-        the call's plain steps; the budget only cuts each block to the nodes worth verifying."""
+        the call's plain steps; the budget cuts each block to the nodes worth verifying, or verifies it whole
+        (`sampled_blocks_whole`)."""
         several = settings.sampled_ar_drafts > 1 or settings.sampled_base_drafts > 0
         return settings.budget == "auto" and several and head_of(drafter) is None
+
+    @staticmethod
+    def sampled_blocks_whole(drafter: PardDrafter, settings) -> bool:
+        """Whether each chosen sampled block is verified whole: base-LM chains (then the choice is "base" or
+        "plain"), whose own stop chose their length and whose passes are paid (`ar_choice.py`)."""
+        return settings.sampled_base_drafts > 0
 
     def _sampled_block(
         self, m: int | str, input_ids: torch.LongTensor, k: int, branches: int, logits_processor
