@@ -96,8 +96,10 @@ class DecodingSettings:
             from the base LM's own conditionals, one pass each, ending after a draft of q below
             `sampled_base_stop` (transformers' assisted generation with the same model: 20 drafts, 0.4). Near T=1
             the base LM's q is closer to the target's than the adapter's, which was trained on the target's argmax
-            (docs/verification.md 1.4). With budget "auto" it is one more choice beside 1..`sampled_ar_drafts`,
-            judged by its realized rate; with "fixed" every sampled block is such a chain. 0 = off.
+            (docs/verification.md 1.4). With budget "fixed" every sampled block is such a chain; with "auto" each
+            is such a chain, verified whole, or a plain step where chains do not pay, chosen per block by their
+            realized rates (`models/pard/ar_choice.py`; the adapter drafts of `sampled_ar_drafts` are then not
+            tried). 0 = off.
         sampled_base_stop: the threshold that ends a base-LM chain (see `sampled_base_drafts`); 0 = never.
         sampled_base_stop_on: what the threshold is compared with: "draft", the q of the last draft (transformers'
             rule); "path", the product of the q of every draft on the chain so far, an estimate of the chance the
@@ -117,11 +119,12 @@ class DecodingSettings:
             first chain, and keeps the faster (`PardDrafter.base_weights_seconds`): how much int8 saves differs
             between CPUs (on a 2-core AMD EPYC with avx512_bf16, 41 ms against 91 ms for the 0.5B's decoder).
         sampled_choice_context: with budget "auto", what the per-block choice of sampled PARD blocks (a base-LM
-            chain, 1..`sampled_ar_drafts` adapter drafts, or a plain step) keeps apart: "copying" judges blocks of a
-            row that is copying a span (its previous step accepted a prompt-lookup node, where the lookup branch
-            alone may commit as much as a drafted block) by their own rates, apart from the others; "none" judges
-            all blocks together. Measured at T=0.7 on four task families, "copying" was slower (paired time 1.159,
-            +-2 SE 0.976-1.375; docs/verification.md 1.4): each memory pays its own tries of every choice.
+            chain or, without one, 1..`sampled_ar_drafts` adapter drafts; or a plain step) keeps apart: "copying"
+            judges blocks of a row that is copying a span (its previous step accepted a prompt-lookup node, where the
+            lookup branch alone may commit as much as a drafted block) by their own rates, apart from the others;
+            "none" judges all blocks together. Measured at T=0.7 on four task families, "copying" was slower (paired
+            time 1.159, +-2 SE 0.976-1.375; docs/verification.md 1.4): each memory pays its own tries of every
+            choice.
         prompt_lookup_tokens: length of an extra branch copied from the prompt or output after the longest
             matching suffix n-gram (prompt lookup decoding); 0 = off.
         prompt_lookup_ngram: longest suffix n-gram looked up.
