@@ -71,10 +71,10 @@ def main() -> None:
     print(f"{'with ' + type(drafter).__name__:<20}: {n_spec / t_spec:6.2f} tokens/s ({n_spec} tokens, {t_spec:.1f} s)")
     print(f"speedup             : {t_plain / t_spec * n_spec / max(n_plain, 1):.2f}x")
     print(f"tau (tokens/forward): {stats.tau:.2f}   accepted-length histogram: {stats.histogram}")
-    if stats.plain_steps:  # the adaptive budget found that drafting does not pay here for these steps
+    if stats.plain_steps:  # steps without drafts: tries and probes of plain steps, or where drafting did not pay
         print(
-            f"plain steps         : {stats.plain_steps} of {stats.row_steps} (drafting did not pay on this machine "
-            f"then); tau over drafted steps {stats.drafted_tau:.2f}"
+            f"plain steps         : {stats.plain_steps} of {stats.row_steps} (the adaptive budget measuring plain "
+            f"steps, or drafting not paying then); tau over drafted steps {stats.drafted_tau:.2f}"
         )
     print(f"drafter settings    : {type(drafter).__name__}, block {drafter.config.block_size}, {drafter.decoding}")
     if args.sample:  # a sampled output is one draw from the target's distribution, plain's another
