@@ -18,7 +18,7 @@ from transformers import (
 )
 
 from hf_specdec import DecodingSettings, PardDrafter
-from hf_specdec.models.int8_weights import Int8Linear, int8_available, int8_copy, one_token_seconds
+from hf_specdec.models.int8_weights import Int8Linear, int8_available, int8_copy, pass_seconds, widest_faster
 from hf_specdec.models.pard import modeling_pard
 from hf_specdec.models.pard.generation_pard import PardCandidateGenerator
 from hf_specdec.verification.processed import probabilities, process_rows, top_probabilities
@@ -110,12 +110,22 @@ def _generator(drafter, target):
     return PardCandidateGenerator(drafter, target, GenerationConfig(max_length=64, do_sample=True))
 
 
-def test_one_token_seconds_times_every_way_of_running_an_lm():
+def test_pass_seconds_times_every_way_of_running_an_lm_at_any_width():
     lm = tiny_target("llama", vocab=32, layers=2)
     quantized = int8_copy(lm)
     ways = {"as_loaded": (lm.get_decoder(), lm.lm_head), "int8": (quantized.get_decoder(), quantized.lm_head)}
-    seconds = one_token_seconds(ways, context=8, reps=3)
-    assert set(seconds) == {"as_loaded", "int8"} and all(0 < s < 10 for s in seconds.values()), seconds
+    for width in (1, 4):
+        seconds = pass_seconds(ways, context=8, reps=3, width=width)
+        assert set(seconds) == {"as_loaded", "int8"} and all(0 < s < 10 for s in seconds.values()), seconds
+
+
+def test_int8_runs_the_passes_up_to_where_its_line_crosses_the_as_loaded_one():
+    """Seconds as a 2-core AMD EPYC timed the 0.5B (one token 34 / 60 ms, 32 tokens 229 / 125 ms): int8 up to about
+    7 tokens; never where it loses one token; every width where it wins at both."""
+    widest = widest_faster({"int8": 0.034, "as_loaded": 0.060}, {"int8": 0.229, "as_loaded": 0.125}, 32)
+    assert 6 < widest < 8
+    assert widest_faster({"int8": 0.07, "as_loaded": 0.06}, {"int8": 0.1, "as_loaded": 0.2}, 32) == 0
+    assert widest_faster({"int8": 0.03, "as_loaded": 0.06}, {"int8": 0.1, "as_loaded": 0.2}, 32) == float("inf")
 
 
 def test_auto_weights_follow_the_timing_this_machine_gives():
@@ -123,9 +133,12 @@ def test_auto_weights_follow_the_timing_this_machine_gives():
     drafter, target = _drafter_with_base_lm()
     first = _generator(drafter, target)
     seconds = drafter.base_weights_seconds
-    assert set(seconds) == {"as_loaded", "int8"} and all(s > 0 for s in seconds.values())
+    assert set(seconds) == {"as_loaded", "int8", "as_loaded@32", "int8@32"} and all(s > 0 for s in seconds.values())
     int8_won = seconds["int8"] < seconds["as_loaded"]
     assert isinstance(first.base_chain.head, Int8Linear) == int8_won
+    narrow = {way: seconds[way] for way in ("as_loaded", "int8")}
+    wide = {way: seconds[f"{way}@32"] for way in ("as_loaded", "int8")}
+    assert first.base_chain.int8_widest == widest_faster(narrow, wide, 32)
     assert ("_int8_base" in drafter.__dict__) == int8_won  # the copies are kept only where they pay
     _generator(drafter, target)
     assert drafter.base_weights_seconds == seconds  # not timed again
@@ -138,18 +151,39 @@ def test_auto_weights_run_base_chains_through_the_faster_way(monkeypatch, winner
     checks both weights)."""
     calls = []
 
-    def timed(ways, **kwargs):
-        calls.append(sorted(ways))
+    def timed(ways, width=1, **kwargs):
+        calls.append((sorted(ways), width))
         return {"int8": 1.0, "as_loaded": 2.0} if winner == "int8" else {"int8": 2.0, "as_loaded": 1.0}
 
-    monkeypatch.setattr(modeling_pard, "one_token_seconds", timed)
+    monkeypatch.setattr(modeling_pard, "pass_seconds", timed)
     drafter, target = _drafter_with_base_lm()
     for _ in range(2):
         chain = _generator(drafter, target).base_chain
         assert isinstance(chain.head, Int8Linear) == (winner == "int8")
         quantized = not any(isinstance(m, torch.nn.Linear) for m in chain.decoder.modules())
         assert quantized == (winner == "int8")
-    assert calls == [["as_loaded", "int8"]]  # timed once, both ways
+    assert calls == [(["as_loaded", "int8"], 1), (["as_loaded", "int8"], 32)]  # timed once, both ways, two widths
     assert ("_int8_base" in drafter.__dict__) == (winner == "int8")
     tree = _generator(drafter, target).sampled_tree(torch.tensor([[1, 5, 9, 12, 7]]), 3, 1, LogitsProcessorList())
     assert tree.q is not None and all(float(tree.q[d, tree.tokens[d]]) > 0 for d in range(len(tree)))
+
+
+def test_a_chain_reads_the_prompt_as_loaded_and_drafts_through_int8(monkeypatch):
+    """With int8 timed faster for one token and slower for 32 (crossing at 4 tokens here), a chain's first pass over
+    a 6-token prompt runs the weights as loaded and each one-token pass after it the int8 copies."""
+
+    def timed(ways, width=1, **kwargs):
+        return {"int8": 1.0, "as_loaded": 2.0} if width == 1 else {"int8": 10.0, "as_loaded": 2.0}
+
+    monkeypatch.setattr(modeling_pard, "pass_seconds", timed)
+    drafter, target = _drafter_with_base_lm()
+    chain = _generator(drafter, target).base_chain
+    assert 3 < chain.int8_widest < 5
+    chain.stop = 0.0  # every chain runs its 3 drafts: two one-token passes after the prompt's
+    fed = []
+    for name, decoder in (("int8", chain.decoder), ("as_loaded", chain.wide_decoder)):
+        decoder.register_forward_hook(
+            lambda m, args, kwargs, out, n=name: fed.append((n, kwargs["input_ids"].shape[1])), with_kwargs=True
+        )
+    chain.sampled_tree(torch.tensor([[1, 5, 9, 12, 7, 3]]), 3, 1, LogitsProcessorList())
+    assert fed == [("as_loaded", 6), ("int8", 1), ("int8", 1)], fed

@@ -60,12 +60,15 @@ def int8_copy(model: nn.Module) -> nn.Module:
     return quantized
 
 
-def one_token_seconds(
-    ways: dict[str, tuple[nn.Module, Callable[[torch.Tensor], torch.Tensor]]], context: int = 32, reps: int = 5
+def pass_seconds(
+    ways: dict[str, tuple[nn.Module, Callable[[torch.Tensor], torch.Tensor]]],
+    context: int = 32,
+    reps: int = 5,
+    width: int = 1,
 ) -> dict[str, float]:
-    """Median seconds of a one-token pass (a decoder step over a `context`-token cache, then its head) for each
-    way of running one LM: name -> (decoder, head). The ways take turns, so a machine that slows down mid-way
-    slows them alike; each gets one untimed pass first."""
+    """Median seconds of a pass over `width` tokens (a decoder step over a `context`-token cache, then its head at
+    the last token) for each way of running one LM: name -> (decoder, head). The ways take turns, so a machine that
+    slows down mid-way slows them alike; each gets one untimed pass first."""
     seconds: dict[str, list[float]] = {name: [] for name in ways}
     caches = {}
     with torch.inference_mode():
@@ -75,16 +78,30 @@ def one_token_seconds(
             ids = torch.zeros(1, context, dtype=torch.long, device=device)  # (1, context) id 0: every vocabulary has it
             cache = DynamicCache()
             decoder(input_ids=ids, use_cache=True, **{arg: cache})
-            caches[name] = (decoder, head, arg, cache, ids[:, -1:])  # ids[:, -1:]: (1, 1) the token each pass feeds
+            fed = torch.zeros(1, width, dtype=torch.long, device=device)  # (1, width) the tokens each pass feeds
+            caches[name] = (decoder, head, arg, cache, fed)
         for rep in range(reps + 1):
-            for name, (decoder, head, arg, cache, token) in caches.items():
+            for name, (decoder, head, arg, cache, fed) in caches.items():
                 start = time.perf_counter()
-                out = decoder(input_ids=token, use_cache=True, **{arg: cache})
+                out = decoder(input_ids=fed, use_cache=True, **{arg: cache})
                 head(out.last_hidden_state[:, -1]).float().sum().item()  # the host read a chain's draw makes
                 if rep:
                     seconds[name].append(time.perf_counter() - start)
-                cache.crop(-1)  # back to the context
+                cache.crop(-width)  # back to the context
     return {name: statistics.median(s) for name, s in seconds.items()}
 
 
-__all__ = ["Int8Linear", "int8_available", "int8_copy", "one_token_seconds"]
+def widest_faster(narrow: dict[str, float], wide: dict[str, float], width: int) -> float:
+    """The widest pass (in tokens) that "int8" runs faster than "as_loaded", from their seconds for one token
+    (`narrow`) and for `width` tokens (`wide`), each way's seconds a straight line in the tokens fed: 0 where int8
+    loses one token, infinity where it wins at both widths (weight-only int8 kernels are made for one-token rows;
+    a wide pass, the prompt, can run several times slower through them than as loaded)."""
+    if narrow["int8"] >= narrow["as_loaded"]:
+        return 0
+    gain, loss = narrow["as_loaded"] - narrow["int8"], wide["int8"] - wide["as_loaded"]
+    if loss <= 0:
+        return float("inf")
+    return 1 + (width - 1) * gain / (gain + loss)  # where the two lines cross
+
+
+__all__ = ["Int8Linear", "int8_available", "int8_copy", "pass_seconds", "widest_faster"]

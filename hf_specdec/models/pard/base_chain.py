@@ -22,7 +22,9 @@ tokens, the anchor last):
 Lossless: at each node the children are independent draws, each from the q it carries, given the path and the
 siblings tried before it; how many there are depends only on draws already made (docs/verification.md 1.4).
 The base LM keeps a cache of its own: it never reads the adapter's (their keys and values differ). With
-`sampled_base_weights="int8"` its passes and head run through weight-only int8 copies (`models/int8_weights.py`).
+`sampled_base_weights="int8"` its passes and head run through weight-only int8 copies (`models/int8_weights.py`);
+with "auto" only passes up to the width they time faster at (`PardDrafter.base_int8_widest`): a one-token pass, but
+not the prompt, which through int8 kernels made for one-token rows ran 2.5x slower than as loaded.
 """
 
 from __future__ import annotations
@@ -58,15 +60,17 @@ class BaseChain:
         generator,
         stop: float,
         topk: int = 0,
-        int8: bool = False,
+        int8: float = 0,
         stop_on_path: bool = False,
     ) -> None:
         self.lm, self.generator, self.stop = lm, generator, stop
         self.stop_on_path = stop_on_path  # the stop compares the path's q product (True) or the last draft's q
         self.topk = topk  # q over each row's K most likely tokens (0: the whole processed row)
         g = generator
-        self.decoder, self.head = lm.get_decoder(), lambda h: F.linear(h, g.head_weight, g.head_bias)
-        if int8:
+        # (decoder, head) for passes of at most `int8` tokens fed (the int8 copies), and for wider ones (as loaded)
+        self.wide_decoder, self.wide_head = lm.get_decoder(), lambda h: F.linear(h, g.head_weight, g.head_bias)
+        self.decoder, self.head, self.int8_widest = self.wide_decoder, self.wide_head, int8
+        if int8 >= 1:
             quantized, head = g.drafter.int8_base(g.head_weight, g.head_bias)
             self.decoder, self.head = quantized.get_decoder(), head
         params = inspect.signature(self.decoder.forward).parameters
@@ -88,7 +92,9 @@ class BaseChain:
         opened = [(-1, branches, input_ids, 1.0)]  # (node, chains through it, its context (1, T + depth), path q)
         for d in range(k):
             # 1) / 3) one pass over what the cache lacks; its last len(opened) outputs score the open nodes' children
-            out = self.decoder(
+            narrow = feed.shape[1] <= self.int8_widest
+            decoder, head = (self.decoder, self.head) if narrow else (self.wide_decoder, self.wide_head)
+            out = decoder(
                 input_ids=feed,
                 position_ids=positions,
                 attention_mask=mask,
@@ -96,7 +102,7 @@ class BaseChain:
                 **{self.cache_arg: self.cache},
             )
             hidden = out.last_hidden_state[0, -len(opened) :]  # (O, H)
-            scores = g.full_vocab_logits(self.head(hidden)).float().to(input_ids.device)  # (O, V)
+            scores = g.full_vocab_logits(head(hidden)).float().to(input_ids.device)  # (O, V)
             q, ids, q_top = self._draft_rows(scores, logits_processor, opened)  # (O, V) q; its (O, K) ids and mass
             picks = sample(q_top, max(o[1] for o in opened))  # (O, most chains)
             picked = torch.gather(q_top, 1, picks)  # (O, most chains) q of each draw, for the stop

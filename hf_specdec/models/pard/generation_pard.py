@@ -78,10 +78,12 @@ class PardCandidateGenerator(BlockDraftCandidateGenerator):
             base = drafter.base_lm
             if base.device != drafter.device or base.dtype != drafter.dtype:  # the drafter was moved after load
                 base.to(device=drafter.device, dtype=drafter.dtype)
-            weights = settings.sampled_base_weights  # "auto": int8 where it times faster on this machine
-            int8 = int8_available(drafter.device) and (
-                weights == "int8" or (weights == "auto" and drafter.base_int8_pays(self.head_weight, self.head_bias))
-            )
+            weights = settings.sampled_base_weights  # "auto": int8 for the passes it times faster on this machine
+            int8 = 0.0  # the widest pass (tokens fed) run through int8 copies
+            if int8_available(drafter.device) and weights == "int8":
+                int8 = float("inf")
+            elif int8_available(drafter.device) and weights == "auto":
+                int8 = drafter.base_int8_widest(self.head_weight, self.head_bias)
             path = settings.sampled_base_stop_on == "path"
             self.base_chain = BaseChain(base, self, settings.sampled_base_stop, settings.sampled_base_topk, int8, path)
         # the adaptive budget also picks that count (or a base-LM chain) per step (ar_choice.py); None: the setting
