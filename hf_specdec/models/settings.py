@@ -115,9 +115,11 @@ class DecodingSettings:
             unchanged; only acceptance can move. 0 = the whole processed row.
         sampled_base_weights: "int8" runs base-LM chains through weight-only int8 copies of its linear layers and
             head rows where torch has the kernel (the CPU; elsewhere as loaded): a one-token pass reads half the
-            bytes. "as_loaded" keeps the base LM's own dtype. "auto" times a one-token pass both ways once, on the
-            first chain, and keeps the faster (`PardDrafter.base_weights_seconds`): how much int8 saves differs
-            between CPUs (on a 2-core AMD EPYC with avx512_bf16, 41 ms against 91 ms for the 0.5B's decoder).
+            bytes. "as_loaded" keeps the base LM's own dtype. "auto" times one-token and 32-token passes both ways
+            once, on the first chain, and runs int8 the passes up to the width where it stops being faster
+            (`PardDrafter.base_int8_widest`, `base_weights_seconds`): how much int8 saves differs between CPUs, and
+            its kernels are made for one-token rows (on a 2-core AMD EPYC with avx512_bf16, one token 45 ms against
+            74 ms for the 0.5B, 32 tokens 213 ms against 128 ms, so the prompt runs as loaded).
         sampled_choice_context: with budget "auto", what the per-block choice of sampled PARD blocks (a base-LM
             chain or, without one, 1..`sampled_ar_drafts` adapter drafts; or a plain step) keeps apart: "copying"
             judges blocks of a row that is copying a span (its previous step accepted a prompt-lookup node, where the
