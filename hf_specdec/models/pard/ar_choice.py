@@ -9,8 +9,9 @@ With `DecodingSettings(budget="auto")` and exact-q sampling, a PARD drafter with
 - "plain": no drafter pass and no drafts (a plain step, plus the prompt-lookup branch if it is on).
 
 With a base-LM chain the choice is between "base" and "plain" only: at T=1 and T=0.7 every block a chain, verified
-whole, measured 1.12x and 1.10x faster than a choice that also held adapter drafts (docs/verification.md 1.4), whose
-short blocks won the choice on unlucky chains where they did not pay over whole calls.
+whole, measured 1.12x and 1.10x faster than the choice that also held adapter drafts with the budget cutting its
+chains (docs/verification.md 1.4); kept whole under that choice, adapter drafts won it on creative text where they
+did not pay over whole calls.
 
 What pays depends on the machine (a drafter pass against a verify forward), on the text and on the temperature (how
 often the target keeps a sampled draft). So each is judged by its realized rate, committed tokens per second of
