@@ -94,7 +94,7 @@ class PardDrafter(SavedDecoding, PreTrainedModel):
         self.__dict__["_base_lm"] = lm.eval()
 
     def _base_weights_key(self, head_weight: torch.Tensor) -> tuple:
-        """What `int8_base` and `base_int8_pays` are kept for: the base LM's weights and the head rows, as they are."""
+        """What `int8_base` and `base_int8_widest` are kept for: the base LM's weights and the head rows."""
         first = next(self.base_lm.parameters())
         return (first.data_ptr(), first.dtype, first.device, head_weight.data_ptr(), head_weight._version)
 
@@ -110,19 +110,14 @@ class PardDrafter(SavedDecoding, PreTrainedModel):
             self.__dict__["_int8_base"] = cached
         return cached[1], cached[2]
 
-    def base_int8_pays(self, head_weight: torch.Tensor, head_bias: torch.Tensor | None) -> bool:
-        """`sampled_base_weights="auto"`: whether the int8 copies (`int8_base`) run a one-token base-LM pass faster
-        than the weights as loaded, on this machine (see `base_int8_widest` for wider passes). Timed once per weight
-        version (one-token and `WIDE_PASS`-token passes both ways, about two seconds on a 2-core CPU) and kept on the
-        drafter with its seconds (`base_weights_seconds`); the copies are dropped if they lose. Which weights run
-        changes only how often drafts are kept, never the output: q is what the draft was drawn from either way."""
-        return self.base_int8_widest(head_weight, head_bias) >= 1
-
     def base_int8_widest(self, head_weight: torch.Tensor, head_bias: torch.Tensor | None) -> float:
-        """The widest base-LM pass, in tokens fed, that the int8 copies run faster than the weights as loaded on this
-        machine (`widest_faster` over the timings `base_int8_pays` describes): 0 where they lose one token. A chain
+        """`sampled_base_weights="auto"`: the widest base-LM pass, in tokens fed, that the int8 copies (`int8_base`)
+        run faster than the weights as loaded on this machine (`widest_faster`); 0 where they lose one token. A chain
         feeds one token a pass but its first, which reads what was committed since the last chain (the prompt, on a
-        call's first chain)."""
+        call's first chain). Timed once per weight version (one-token and `WIDE_PASS`-token passes both ways, about
+        two seconds on a 2-core CPU) and kept on the drafter with its seconds (`base_weights_seconds`); the copies
+        are dropped if they lose one token. Which weights run changes only how often drafts are kept, never the
+        output: q is what the draft was drawn from either way."""
         key = self._base_weights_key(head_weight)
         known = self.__dict__.get("_int8_pays")
         if known is None or known[0] != key:
@@ -141,7 +136,7 @@ class PardDrafter(SavedDecoding, PreTrainedModel):
 
     @property
     def base_weights_seconds(self) -> dict[str, float] | None:
-        """Seconds of a base-LM pass per way as `base_int8_pays` timed them on this machine ("as_loaded", "int8":
+        """Seconds of a base-LM pass per way as `base_int8_widest` timed them on this machine ("as_loaded", "int8":
         one token; "as_loaded@32", "int8@32": `WIDE_PASS` tokens), or None before any timing."""
         known = self.__dict__.get("_int8_pays")
         return None if known is None else dict(known[2])
