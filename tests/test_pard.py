@@ -20,6 +20,7 @@ from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, Logits
 
 import hf_specdec
 from hf_specdec import DecodingSettings, PardCandidateGenerator, PardConfig, PardDrafter
+from hf_specdec.models.pard.kept_by_q import kept_of
 from hf_specdec.models.pard.layout import PardLayout, layout_features
 from hf_specdec.models.target_features import drafter_layer_ids
 from hf_specdec.training.data import target_features
@@ -147,10 +148,11 @@ def test_rows_copying_a_span_choose_sampled_blocks_from_a_memory_of_their_own(ta
     assert len(copying.recent[1]) == 3 and len(copying.recent[2]) == 1  # the step of the row's last copying block
 
 
-@pytest.mark.parametrize("stop_on", ["draft", "path"])
+@pytest.mark.parametrize("stop_on", ["draft", "path", "kept"])
 def test_base_chains_end_where_their_stop_rule_says(stop_on):
-    """A base-LM chain keeps drafting while the q of its last draft ("draft") or the product of its drafts' q
-    ("path") reaches `sampled_base_stop`, and ends at the first draft that falls below it (or at k drafts)."""
+    """A base-LM chain keeps drafting while the q of its last draft ("draft"), the product of its drafts' q ("path")
+    or of their chances of being kept ("kept": a memory that has judged no chain yet, each bucket's middle q) reaches
+    `sampled_base_stop`, and ends at the first draft that falls below it (or at k drafts)."""
     target, prompt = tiny_target("llama"), torch.tensor([[1, 5, 9, 12, 7, 3, 8, 2]])
     drafter = PardDrafter.from_causal_lm(tiny_target("llama", seed=7), target, mask_token_id=MASK_ID, block_size=4)
     drafter.attach_base_lm(tiny_target("llama", seed=7))
@@ -165,7 +167,8 @@ def test_base_chains_end_where_their_stop_rule_says(stop_on):
         gen = PardCandidateGenerator(drafter, target, GenerationConfig(max_length=64, do_sample=True))
         tree = gen.sampled_tree(prompt, k, 1, sharp)
         q = [float(tree.q[d, tree.tokens[d]]) for d in range(len(tree))]
-        sure = [math.prod(q[: d + 1]) for d in range(len(q))] if stop_on == "path" else q
+        chance = [kept_of(drafter, sharp).chance(x) for x in q] if stop_on == "kept" else q
+        sure = [math.prod(chance[: d + 1]) for d in range(len(q))] if stop_on != "draft" else q
         assert all(s >= stop for s in sure[:-1]), sure
         assert len(tree) == k or sure[-1] < stop, sure
         lengths.add(len(tree))

@@ -26,7 +26,8 @@ acceptance the adapter LM's conditionals for the base LM's draws (the two models
 for draws from its top 2 (the truncation forgotten). One more draws three i.i.d. base-LM chains per block, merged
 where they agree (16000 draws, under top-p and repetition penalty); a node's later children carry q without the
 children drawn before them, and the control hands them the plain q instead (what merging equal draws without that
-correction would do).
+correction would do). One more (1000 draws) ends each chain where the product of its drafts' realized chances of
+being kept, a memory of the chains verified before it, falls below its stop.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ from hf_specdec import (
 from hf_specdec.decoding import step
 from hf_specdec.models.pard.base_chain import BaseChain, without_earlier
 from hf_specdec.models.pard.generation_pard import PardCandidateGenerator
+from hf_specdec.models.pard.kept_by_q import KeptByQ
 from hf_specdec.verification.processed import call_temperature, probabilities, process_rows
 
 V = 8
@@ -66,6 +68,7 @@ DRAWS = 1000
 # (`test_ar_draws_resolve_a_three_point_error` checks the bound's radius)
 BRANCHES = "pard base branches, top-p, repetition penalty"
 CHEAP = "pard base chain, int8, top-2"
+KEPT = "pard base kept"
 DRAWS_OF = {"pard ar chain": 16000, CHEAP: 16000, BRANCHES: 16000}
 DELTA = 1e-6
 PROMPT = torch.tensor([[1, 3, 4, 5, 3, 4, 6]])
@@ -134,6 +137,19 @@ CASES = {
         0.8,
         None,
     ),
+    # base-LM chains ending on their drafts' realized chance of being kept: a memory of earlier verified chains,
+    # carried from call to call (`sampled_base_stop_on="kept"`)
+    KEPT: (
+        DecodingSettings(
+            budget="fixed",
+            sampled_base_drafts=3,
+            sampled_base_stop=0.5,
+            sampled_base_stop_on="kept",
+            sampled_base_weights="as_loaded",
+        ),
+        1.0,
+        None,
+    ),
     # three i.i.d. base-LM chains per block merged where they agree (a trie of whole sampled branches)
     "pard base branches, top-p, repetition penalty": (
         DecodingSettings(
@@ -162,7 +178,7 @@ LONGER = {
 # trie (the merged root children and their children), with the processors of LONGER
 SHAPES = {"pard ar past the block": (3, 5), "pard base branches, top-p, repetition penalty": (3, 3)}
 # new tokens after the measured ones: later steps, whose rates the choice learns
-AFTER = {"pard ar adaptive": 8, "pard base adaptive": 8}
+AFTER = {"pard ar adaptive": 8, "pard base adaptive": 8, KEPT: 8}
 DRAFTERS: dict = {}  # the drafter of each cached run
 ACCEPTED: dict = {}  # drafts accepted per step of each case's last run
 # step-cost curves (seconds per fed token count) pinned for the adaptive cases: verifying free (drafts every step),
@@ -442,6 +458,19 @@ def test_base_chains_run_their_own_passes_and_stop_at_a_doubted_draft():
     assert {1, 2, 3} <= ends, ends
 
 
+@pytest.mark.xdist_group(KEPT)
+def test_the_kept_stop_learned_from_the_chains_it_verified():
+    """The "kept" case above held while its stop read a memory that counted thousands of verified drafts and moved
+    its chances off their starting values (the chains' lengths followed earlier calls' verdicts)."""
+    cached_run(KEPT)
+    (memory,) = DRAFTERS[KEPT, BlockDrafter]._kept_by_q.values()
+    fresh = KeptByQ()
+    assert sum(memory.seen) - sum(fresh.seen) > 2000
+    now = [k / n for k, n in zip(memory.kept, memory.seen, strict=True)]
+    moved = [abs(c - fresh.kept[i] / fresh.seen[i]) for i, c in enumerate(now)]
+    assert max(moved) > 0.1, moved
+
+
 def test_a_base_chain_without_a_base_lm_is_refused_before_generating():
     target = tiny_target("llama", vocab=V, layers=1)
     lm = tiny_target("llama", vocab=V, layers=1, seed=7)
@@ -544,6 +573,7 @@ def _pit(trees, transform=None):
             "pard ar past the block",
             CHEAP,
             "pard base adaptive",
+            KEPT,
             "pard base branches, top-p, repetition penalty",
         ]
     ),

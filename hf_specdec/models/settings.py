@@ -15,7 +15,7 @@ _DRAFT_MODES = ("exact", "argmax")
 _BUDGETS = ("fixed", "auto")
 _WEIGHTS = ("auto", "as_loaded", "int8")
 _CONTEXTS = ("copying", "none")
-_STOP_ON = ("draft", "path")
+_STOP_ON = ("draft", "path", "kept")
 _CHOICES = {
     "sampled_drafts": _DRAFT_MODES,
     "budget": _BUDGETS,
@@ -104,7 +104,10 @@ class DecodingSettings:
         sampled_base_stop_on: what the threshold is compared with: "draft", the q of the last draft (transformers'
             rule); "path", the product of the q of every draft on the chain so far, an estimate of the chance the
             target keeps them all, so a chain of confident drafts still ends once the next one would rarely be
-            reached.
+            reached; "kept", the product of each draft's chance of being kept as drafts of its q realized on this
+            drafter's verified chains (`models/pard/kept_by_q.py`): near T=1 the target keeps low-q drafts far more
+            often than their q, but on a 2-core CPU the longer chains measured slower at T=1 (paired time 1.106;
+            docs/verification.md 1.4).
         sampled_base_branches: base-LM chains drawn i.i.d. per block, merged where they agree (a trie verified in one
             target pass, multi-draft speculative sampling over whole branches): each node's children are the
             distinct draws of the chains through it, each carrying q without its earlier siblings, and a node is

@@ -15,7 +15,9 @@ tokens, the anchor last):
    first draw, child i carrying q_v without children 1..i-1, renormalised (`without_earlier`: given the draws before,
    the first new one is drawn from exactly that), and as many chains as drew it;
 3) a child stays open unless it is at depth k or its token had q_v below `sampled_base_stop` (with
-   `sampled_base_stop_on="path"`: the product of q over its path, the root's children first); feed every open node
+   `sampled_base_stop_on="path"`: the product of q over its path, the root's children first; with "kept": the
+   product over its path of the chance that the target keeps a draft of that q, as realized on this drafter's
+   verified chains, `kept_by_q.py`); feed every open node
    in one pass (tree-masked once the chains part), repeat 2); one host read per pass;
 4) crop the cache back to the T committed tokens.
 
@@ -37,6 +39,7 @@ from transformers import DynamicCache, LogitsProcessorList, PreTrainedModel
 
 from ...verification.processed import probabilities, process_rows, sample, top_probabilities
 from ...verification.tree import DraftTree, mask_for_attention
+from .kept_by_q import KeptByQ, kept_of
 
 
 def without_earlier(q: torch.Tensor, tokens: list[int]) -> list[torch.Tensor]:
@@ -61,10 +64,13 @@ class BaseChain:
         stop: float,
         topk: int = 0,
         int8: float = 0,
-        stop_on_path: bool = False,
+        stop_on: str = "draft",
     ) -> None:
         self.lm, self.generator, self.stop = lm, generator, stop
-        self.stop_on_path = stop_on_path  # the stop compares the path's q product (True) or the last draft's q
+        self.stop_on = stop_on  # the stop compares the last draft's q ("draft"), the path's q product ("path") or
+        # the product of its drafts' chances of being kept ("kept")
+        # the last single chain: (the memory its stop read, each draft's q in order, the row's steps before it)
+        self.last: tuple[KeptByQ, list[float], int] | None = None
         self.topk = topk  # q over each row's K most likely tokens (0: the whole processed row)
         g = generator
         # (decoder, head) for passes of at most `int8` tokens fed (the int8 copies), and for wider ones (as loaded)
@@ -88,6 +94,8 @@ class BaseChain:
         feed = g.known(input_ids[:, cached:].to(device))  # (1, T - cached) tokens the cache lacks, anchor last
         positions = torch.arange(cached, T, device=device)[None]  # (1, T - cached)
         tree, rows, mask = DraftTree(), [], None
+        kept = kept_of(g.drafter, logits_processor) if self.stop_on == "kept" else None
+        chain_q: list[float] = []  # each draft's q, when the block is one chain
         slot = {-1: T - 1}  # node -> its cache slot (the root: the anchor's)
         opened = [(-1, branches, input_ids, 1.0)]  # (node, chains through it, its context (1, T + depth), path q)
         for d in range(k):
@@ -119,10 +127,12 @@ class BaseChain:
                     rows.append(row)
                     child = tree.add(token, node, q_row=len(rows) - 1)
                     q_draw = picked[r][draws[r].index(token)]
-                    sure = q_draw * path_q if self.stop_on_path else q_draw
+                    chain_q.append(q_draw)
+                    factor = kept.chance(q_draw) if kept is not None else q_draw
+                    sure = q_draw if self.stop_on == "draft" else factor * path_q
                     if d < k - 1 and not (self.stop > 0 and sure < self.stop):
                         grown = torch.cat([context, context.new_tensor([[token]])], -1)
-                        nxt.append((child, counts[token], grown, q_draw * path_q))
+                        nxt.append((child, counts[token], grown, factor * path_q))
             if not nxt:
                 break  # no open node: no pass is paid after the last drafts
             feed, positions, mask = self._next_pass(tree, nxt, slot, T, d, device)
@@ -131,7 +141,16 @@ class BaseChain:
         if fed:
             self.cache.crop(-fed)  # 4) the committed tokens only
         tree.q = torch.stack(rows) if rows else None  # (nodes, V): node i was drawn from row q_of[i]
+        one_chain = kept is not None and branches == 1
+        self.last = (kept, chain_q, g.stats.row_steps) if one_chain else None
         return tree
+
+    def learn(self, stats) -> None:
+        """Step 2 of `kept_by_q.py` for the last chain, once the row's next step was its verification (`stats`:
+        the row's `AcceptanceStats`)."""
+        last, self.last = self.last, None
+        if last is not None and stats.row_steps == last[2] + 1:
+            last[0].learn(last[1], min(stats.accepted[-1], len(last[1])))
 
     def _draft_rows(self, scores: torch.Tensor, logits_processor, opened: list) -> tuple:
         """(O, V) q of the open nodes' children as whole rows (what the tree carries), and what draws read: with

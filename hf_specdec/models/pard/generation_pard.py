@@ -84,8 +84,8 @@ class PardCandidateGenerator(BlockDraftCandidateGenerator):
                 int8 = float("inf")
             elif int8_available(drafter.device) and weights == "auto":
                 int8 = drafter.base_int8_widest(self.head_weight, self.head_bias)
-            path = settings.sampled_base_stop_on == "path"
-            self.base_chain = BaseChain(base, self, settings.sampled_base_stop, settings.sampled_base_topk, int8, path)
+            stop, stop_on = settings.sampled_base_stop, settings.sampled_base_stop_on
+            self.base_chain = BaseChain(base, self, stop, settings.sampled_base_topk, int8, stop_on)
         # the adaptive budget also picks that count (or a base-LM chain) per step (ar_choice.py); None: the setting
         adaptive = settings.budget == "auto" and (self.ar_drafts > 1 or self.base_drafts > 0)
         self.ar_choice = choice_of(drafter, self.ar_drafts, self.base_drafts > 0) if adaptive else None
@@ -200,6 +200,8 @@ class PardCandidateGenerator(BlockDraftCandidateGenerator):
         q every node was drawn from."""
         if self.head is not None:
             return super().sampled_tree(input_ids, k, branches, logits_processor)
+        if self.base_chain is not None:
+            self.base_chain.learn(self.stats)  # what the target kept of the last chain, when it was just verified
         tree = self._sampled_block(self._ar_count(), input_ids, k, branches, logits_processor)
         if self.ar_step is not None:
             self.ar_step = (*self.ar_step[:3], tree, self.ar_step[4])  # judged later: did the budget cut it?
