@@ -16,6 +16,7 @@ from hf_specdec.verification.acceptance import (
     one_hot_residual,
     residual_distribution,
     speculative_sampling,
+    tried_order,
 )
 from hf_specdec.verification.processed import sample
 from hf_specdec.verification.tree import DraftTree
@@ -90,6 +91,23 @@ def test_speculative_sampling_emits_exactly_p(kind):
     first, second = _first_tokens(speculative_sampling, kind, seed=len(kind))
     assert_distribution(first, P_ROOT)
     assert_distribution(second, P_CHILD)  # after descending into node 0, the next token is p at node 0
+
+
+def test_a_copy_that_goes_on_is_tried_before_a_sampled_leaf_of_the_same_token():
+    """Root children: a sampled chain draft (token 0), a sampled side leaf (token 2, q without token 0) and a
+    prompt-lookup node (token 2) with a lookup child (token 3). The target wants 2 then 3: the lookup node is tried
+    right after the first child, so the walk goes on down the copy (2, 3) instead of ending at the leaf."""
+    q = torch.tensor([[0.5, 0.0, 0.5, 0.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0, 0.0, 0.0]])  # q, and q without token 0
+    tree = DraftTree(q=q)
+    tree.add(0, -1, q_row=0)
+    tree.add(2, -1, q_row=1)
+    tree.add_chain([2, 3], merge=False)
+    assert tried_order(tree, tree.children()[0]) == [0, 2, 1]
+    p_rows = torch.zeros(len(tree) + 1, V)
+    p_rows[0, 2] = p_rows[3, 3] = p_rows[4, 5] = 1.0  # root: 2; after the lookup node: 3; after its child: 5
+    p_rows[1, 4] = p_rows[2, 4] = 1.0  # after the chain draft or the leaf: 4
+    for seed in range(20):
+        assert speculative_sampling(tree, p_rows, torch.Generator().manual_seed(seed)) == ([2, 3], 5)
 
 
 def _forgetful_walk(tree, p_rows, g):

@@ -27,7 +27,9 @@ for draws from its top 2 (the truncation forgotten). One more draws three i.i.d.
 where they agree (16000 draws, under top-p and repetition penalty); a node's later children carry q without the
 children drawn before them, and the control hands them the plain q instead (what merging equal draws without that
 correction would do). One more (1000 draws) ends each chain where the product of its drafts' realized chances of
-being kept, a memory of the chains verified before it, falls below its stop.
+being kept, a memory of the chains verified before it, falls below its stop. One more (16000 draws, under top-p and
+repetition penalty) draws one chain per block with two leaves beside each of its nodes (`sample_branches=3`):
+further draws from the q row the chain's pass scored, never drafted on; its control is the branches' one.
 """
 
 from __future__ import annotations
@@ -69,7 +71,8 @@ DRAWS = 1000
 BRANCHES = "pard base branches, top-p, repetition penalty"
 CHEAP = "pard base chain, int8, top-2"
 KEPT = "pard base kept"
-DRAWS_OF = {"pard ar chain": 16000, CHEAP: 16000, BRANCHES: 16000}
+LEAVES = "pard base chain with leaves, top-p, repetition penalty"
+DRAWS_OF = {"pard ar chain": 16000, CHEAP: 16000, BRANCHES: 16000, LEAVES: 16000}
 DELTA = 1e-6
 PROMPT = torch.tensor([[1, 3, 4, 5, 3, 4, 6]])
 CPU = torch.device("cpu")
@@ -162,6 +165,18 @@ CASES = {
         1.0,
         None,
     ),
+    # one base-LM chain per block and two more i.i.d. draws at each of its nodes, kept as leaves beside it
+    LEAVES: (
+        DecodingSettings(
+            budget="fixed",
+            sampled_base_drafts=3,
+            sampled_base_stop=0.3,
+            sample_branches=3,
+            sampled_base_weights="as_loaded",
+        ),
+        1.0,
+        None,
+    ),
 }
 # cases whose block is 4 and whose measured tokens are new tokens 3 and 4 (so the mask tail after two AR drafts is
 # what decides them), with top-p and repetition penalty
@@ -172,15 +187,17 @@ LONGER = {
     CHEAP: {},
     "pard base adaptive": {},
     "pard base branches, top-p, repetition penalty": {"top_p": 0.95, "repetition_penalty": 1.3},
+    LEAVES: {"top_p": 0.95, "repetition_penalty": 1.3},
 }
 # cases that measure other tokens: (block, last); new tokens 4 and 5 of "past the block" are drafts 3 and 4 of its
-# first step, both deeper than its block's 2; new tokens 2 and 3 of "base branches" are depths 1 and 2 of its first
-# trie (the merged root children and their children), with the processors of LONGER
-SHAPES = {"pard ar past the block": (3, 5), "pard base branches, top-p, repetition penalty": (3, 3)}
+# first step, both deeper than its block's 2; new tokens 2 and 3 of "base branches" (and of the chain with leaves) are
+# depths 1 and 2 of its first trie (the merged root children and their children), with the processors of LONGER
+SHAPES = {"pard ar past the block": (3, 5), BRANCHES: (3, 3), LEAVES: (3, 3)}
 # new tokens after the measured ones: later steps, whose rates the choice learns
 AFTER = {"pard ar adaptive": 8, "pard base adaptive": 8, KEPT: 8}
 DRAFTERS: dict = {}  # the drafter of each cached run
 ACCEPTED: dict = {}  # drafts accepted per step of each case's last run
+PATHS: dict = {}  # the nodes accepted per step of each case's last run (aligned with its trees)
 # step-cost curves (seconds per fed token count) pinned for the adaptive cases: verifying free (drafts every step),
 # or dear (a drafted step does not pay: the budget verifies nothing, then takes plain steps)
 CURVES = {
@@ -328,11 +345,13 @@ def run_case(name, drafter_cls=BlockDrafter, device="cpu", draws=DRAWS):
     walk = step.speculative_sampling
 
     accepted = ACCEPTED[name] = []  # drafts accepted per step
+    paths = PATHS[name] = []  # the nodes accepted per step
 
     def spy(tree, p_rows, rng=None):  # records what acceptance is handed, then runs the real rule
         trees.append(tree)
         path, bonus = walk(tree, p_rows, rng)
         accepted.append(len(path))
+        paths.append(list(path))
         return path, bonus
 
     counts = torch.zeros(V, V)
@@ -521,7 +540,7 @@ def test_a_dependent_chain_runs_past_the_block():
     assert deep >= DRAWS and accepted >= 20, (deep, accepted)  # about 60 expected
 
 
-@pytest.mark.parametrize("name", by_case(["pard ar chain", CHEAP, BRANCHES]))
+@pytest.mark.parametrize("name", by_case(["pard ar chain", CHEAP, BRANCHES, LEAVES]))
 def test_dependent_draws_resolve_a_three_point_error(name):
     """With DRAWS_OF draws, every cell's bound (false-failure 1e-6 over the 64 cells) is under 2 points, so an error
     of 3 points in any cell puts the cell past its bound unless the sample strays 1 point the other way (a
@@ -575,6 +594,7 @@ def _pit(trees, transform=None):
             "pard base adaptive",
             KEPT,
             "pard base branches, top-p, repetition penalty",
+            LEAVES,
         ]
     ),
 )
@@ -606,11 +626,12 @@ def _first_sibling_q(trees):
     return torch.tensor(wrong), torch.tensor(right)
 
 
-@pytest.mark.xdist_group(BRANCHES)
-def test_merged_branches_handed_the_plain_q_for_later_children_are_caught():
-    """Negative control of merged branches: a later child is the first draw that differs from its siblings before
-    it, so it is drawn from q without them; handed the plain q, its PIT is not uniform (false-failure 1e-6)."""
-    _, _, trees = cached_run(BRANCHES)
+@pytest.mark.parametrize("name", by_case([BRANCHES, LEAVES]))
+def test_merged_branches_handed_the_plain_q_for_later_children_are_caught(name):
+    """Negative control of merged branches and of a chain's leaves: a later child is the first draw that differs
+    from its siblings before it, so it is drawn from q without them; handed the plain q, its PIT is not uniform
+    (false-failure 1e-6)."""
+    _, _, trees = cached_run(name)
     wrong, right = _first_sibling_q(trees)
     assert right.numel() > 1000, right.numel()
     assert dkw_uniform_excess(right, DELTA) <= 1.0
@@ -631,6 +652,26 @@ def test_merged_branches_part_and_stop_per_node():
                 assert float(q[tree.tokens[node]]) >= 0.3
         parted |= {0 if p < 0 else depths[p] for p in tree.parents if len(kids[p + 1]) > 1}
     assert {0, 1} <= parted, parted
+
+
+@pytest.mark.xdist_group(LEAVES)
+def test_a_chains_leaves_are_never_drafted_on_and_are_kept():
+    """The leaves case above held while each tree was one chain (at most one child of a node has children, the
+    first: the chain's own draw), its nodes at depths 1 and 2 had leaves beside them, and the target kept a leaf (a
+    child after the first) in many steps, a token the chain alone would have lost."""
+    _, _, trees = cached_run(LEAVES)
+    with_leaves, kept_leaf = set(), 0
+    for tree, path in zip(trees, PATHS[LEAVES], strict=True):
+        if tree.q is None or not len(tree):
+            continue
+        depths, kids = tree.depths(), tree.children()
+        for parent, children in enumerate(kids):
+            assert all(not kids[c + 1] for c in children[1:]), "a leaf was drafted on"
+            if len(children) > 1:
+                with_leaves.add(0 if parent == 0 else depths[parent - 1])
+        firsts = {children[0] for children in kids if children}
+        kept_leaf += any(node not in firsts for node in path)
+    assert {0, 1} <= with_leaves and kept_leaf > 500, (with_leaves, kept_leaf)
 
 
 def test_without_earlier_is_the_law_of_the_first_new_draw():

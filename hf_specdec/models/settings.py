@@ -76,8 +76,10 @@ class DecodingSettings:
             and verifies them with speculative sampling using that q; "argmax" drafts the argmax (q one-hot) and
             keeps target samples that match (transformers' stock loop).
         sample_branches: with "exact" sampling, i.i.d. draws from q per depth; the first continues the chain, the
-            others are side leaves tried after it (multi-draft speculative sampling). 1 = a chain. Base-LM chains
-            take `sampled_base_branches` instead.
+            others are side leaves tried after it (multi-draft speculative sampling). 1 = a chain. On base-LM chains
+            (`sampled_base_drafts`) every chain node gets `sample_branches - 1` such leaves: drawn from the q row
+            its pass already scored, so they cost no drafter pass, only verified width (its chains themselves are
+            `sampled_base_branches`). The shipped drafter sets 2 (docs/verification.md 1.4).
         sampled_ar_drafts: with "exact" sampling on a causal-LM drafter (PARD), the first N drafts are sampled one
             drafter pass each, every pass reading the drafts sampled before it, so a sampled block hangs together
             (q of draft d is the LM's conditional given drafts 1..d-1); the drafts after them come from the last

@@ -52,6 +52,15 @@ def greedy_acceptance(tree: DraftTree, target_argmax: list[int]) -> tuple[list[i
         row = child + 1
 
 
+def tried_order(tree: DraftTree, children: list[int]) -> list[int]:
+    """`children` (insertion order) in the order speculative sampling tries them: the first, then the prompt-lookup
+    nodes, then the rest, each group in insertion order (sampled siblings never change places)."""
+    if len(children) < 3:
+        return children
+    rest = children[1:]
+    return [children[0], *[c for c in rest if tree.lookup[c]], *[c for c in rest if not tree.lookup[c]]]
+
+
 def speculative_sampling(
     tree: DraftTree, p_rows: torch.Tensor, rng: torch.Generator | None = None
 ) -> tuple[list[int], int]:
@@ -61,13 +70,18 @@ def speculative_sampling(
         tree: nodes with their proposal rows (`q_of`, `q`); deterministic nodes have q one-hot.
         p_rows: (N + 1, V) float32 target probabilities after the logits processors, row 0 = root.
     Returns the accepted nodes (root to leaf) and the emitted token after them.
+
+    Children are tried in insertion order, except that prompt-lookup nodes go right after the first child: a copy
+    that goes on is then reached before a sampled side leaf that holds the same token and ends the step. Lookup
+    tokens are not drawn from q, so moving them leaves every sampled child's law given the children tried before it
+    (its q row) as it was.
     """
     kids = tree.children()
     row, path = 0, []
     while True:
         p = p_rows[row]  # (V,)
         accepted = None
-        for c in kids[row]:
+        for c in tried_order(tree, kids[row]):
             x = tree.tokens[c]
             q = tree.q[tree.q_of[c]] if tree.q_of[c] >= 0 else None  # (V,) or one-hot
             qx = q[x] if q is not None else torch.ones((), device=p.device)
@@ -82,4 +96,4 @@ def speculative_sampling(
         row = accepted + 1
 
 
-__all__ = ["greedy_acceptance", "one_hot_residual", "residual_distribution", "speculative_sampling"]
+__all__ = ["greedy_acceptance", "one_hot_residual", "residual_distribution", "speculative_sampling", "tried_order"]

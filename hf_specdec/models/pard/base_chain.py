@@ -9,12 +9,13 @@ tokens, the anchor last):
 
 1) feed the committed tokens the base LM's own cache lacks (anchor included): its output at the anchor scores the
    root's children;
-2) at every open node v (the root first) that n chains pass through, draw n tokens i.i.d. from q_v (the processed
-   conditional given v's path, with the drafter's head rows; with `sampled_base_topk` = K over its K most likely
-   tokens, `top_probabilities`); the distinct ones become v's children in order of
+2) at every open node v (the root first) that n chains pass through, draw n + L tokens i.i.d. from q_v (the
+   processed conditional given v's path, with the drafter's head rows; with `sampled_base_topk` = K over its K most
+   likely tokens, `top_probabilities`; L = `sample_branches` - 1); the distinct ones become v's children in order of
    first draw, child i carrying q_v without children 1..i-1, renormalised (`without_earlier`: given the draws before,
-   the first new one is drawn from exactly that), and as many chains as drew it;
-3) a child stays open unless it is at depth k or its token had q_v below `sampled_base_stop` (with
+   the first new one is drawn from exactly that), and as many chains as drew it among the first n (none: a leaf,
+   tried by the target if the children before it are rejected, never drafted on);
+3) a child stays open unless it is a leaf, at depth k or its token had q_v below `sampled_base_stop` (with
    `sampled_base_stop_on="path"`: the product of q over its path, the root's children first; with "kept": the
    product over its path of the chance that the target keeps a draft of that q, as realized on this drafter's
    verified chains, `kept_by_q.py`); feed every open node
@@ -84,10 +85,16 @@ class BaseChain:
         self.cache = DynamicCache()
 
     def sampled_tree(
-        self, input_ids: torch.LongTensor, k: int, branches: int, logits_processor: LogitsProcessorList | None
+        self,
+        input_ids: torch.LongTensor,
+        k: int,
+        branches: int,
+        logits_processor: LogitsProcessorList | None,
+        leaves: int = 0,
     ) -> DraftTree:
-        """Up to `k` drafts deep, `branches` i.i.d. chains merged where they agree (steps 1-4 of the module
-        docstring); the tree carries the q every node was drawn from."""
+        """Up to `k` drafts deep, `branches` i.i.d. chains merged where they agree, and `leaves` more i.i.d. draws
+        at every open node kept as leaves (steps 1-4 of the module docstring); the tree carries the q every node
+        was drawn from."""
         g, T = self.generator, input_ids.shape[1]
         device = self.lm.device
         cached = self.cache.get_seq_length()
@@ -112,20 +119,22 @@ class BaseChain:
             hidden = out.last_hidden_state[0, -len(opened) :]  # (O, H)
             scores = g.full_vocab_logits(head(hidden)).float().to(input_ids.device)  # (O, V)
             q, ids, q_top = self._draft_rows(scores, logits_processor, opened)  # (O, V) q; its (O, K) ids and mass
-            picks = sample(q_top, max(o[1] for o in opened))  # (O, most chains)
-            picked = torch.gather(q_top, 1, picks)  # (O, most chains) q of each draw, for the stop
+            picks = sample(q_top, max(o[1] for o in opened) + leaves)  # (O, most chains + leaves)
+            picked = torch.gather(q_top, 1, picks)  # (O, most chains + leaves) q of each draw, for the stop
             if ids is not None:
                 picks = torch.gather(ids, 1, picks)  # (O, most chains) token ids
             draws, picked = picks.tolist(), picked.tolist()  # 2) the one host read of this pass
             nxt = []
             for r, (node, n, context, path_q) in enumerate(opened):
-                counts: dict[int, int] = {}
+                counts = dict.fromkeys(draws[r][: n + leaves], 0)  # distinct draws in order of first draw
                 for token in draws[r][:n]:
-                    counts[token] = counts.get(token, 0) + 1
+                    counts[token] += 1  # chains through it; 0: a leaf
                 tokens = list(counts)
                 for token, row in zip(tokens, without_earlier(q[r], tokens), strict=True):
                     rows.append(row)
                     child = tree.add(token, node, q_row=len(rows) - 1)
+                    if not counts[token]:
+                        continue  # a leaf: no chain drafts on from it
                     q_draw = picked[r][draws[r].index(token)]
                     chain_q.append(q_draw)
                     factor = kept.chance(q_draw) if kept is not None else q_draw
@@ -141,7 +150,7 @@ class BaseChain:
         if fed:
             self.cache.crop(-fed)  # 4) the committed tokens only
         tree.q = torch.stack(rows) if rows else None  # (nodes, V): node i was drawn from row q_of[i]
-        one_chain = kept is not None and branches == 1
+        one_chain = kept is not None and branches == 1 and not leaves  # its drafts' verdicts are the row's count
         self.last = (kept, chain_q, g.stats.row_steps) if one_chain else None
         return tree
 

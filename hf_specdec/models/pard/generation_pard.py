@@ -233,7 +233,8 @@ class PardCandidateGenerator(BlockDraftCandidateGenerator):
             self.ready = None  # a batch's shared adapter pass, unused by this row
             self.caught_up = input_ids.shape[1] - self.base_chain.cache.get_seq_length()
             k = min(k, self.base_drafts)
-            return self.base_chain.sampled_tree(input_ids, k, self.base_branches, logits_processor)
+            leaves = branches - 1  # `sample_branches`: side leaves beside every chain node
+            return self.base_chain.sampled_tree(input_ids, k, self.base_branches, logits_processor, leaves)
         m = min(m, k)
         if m <= 1:
             return super().sampled_tree(input_ids, min(k, self.block_size - 1), branches, logits_processor)
