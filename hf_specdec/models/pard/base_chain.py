@@ -122,7 +122,7 @@ class BaseChain:
             picks = sample(q_top, max(o[1] for o in opened) + leaves)  # (O, most chains + leaves)
             picked = torch.gather(q_top, 1, picks)  # (O, most chains + leaves) q of each draw, for the stop
             if ids is not None:
-                picks = torch.gather(ids, 1, picks)  # (O, most chains) token ids
+                picks = torch.gather(ids, 1, picks)  # (O, most chains + leaves) token ids
             draws, picked = picks.tolist(), picked.tolist()  # 2) the one host read of this pass
             nxt = []
             for r, (node, n, context, path_q) in enumerate(opened):
