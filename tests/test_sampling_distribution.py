@@ -657,7 +657,8 @@ def test_merged_branches_part_and_stop_per_node():
 @pytest.mark.xdist_group(LEAVES)
 def test_a_chains_leaves_are_never_drafted_on_and_are_kept():
     """The leaves case above held while each tree was one chain (at most one child of a node has children, the
-    first: the chain's own draw), its nodes at depths 1 and 2 had leaves beside them, and the target kept a leaf (a
+    first: the chain's own draw), leaves stood at depths 1 and 2 (beside the root's and a depth-1 node's chain draft),
+    and the target kept a leaf (a
     child after the first) in many steps, a token the chain alone would have lost."""
     _, _, trees = cached_run(LEAVES)
     with_leaves, kept_leaf = set(), 0

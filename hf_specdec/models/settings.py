@@ -109,7 +109,10 @@ class DecodingSettings:
             reached; "kept", the product of each draft's chance of being kept as drafts of its q realized on this
             drafter's verified chains (`models/pard/kept_by_q.py`): near T=1 the target keeps low-q drafts far more
             often than their q, but on a 2-core CPU the longer chains measured slower at T=1 (paired time 1.106;
-            docs/verification.md 1.4).
+            docs/verification.md 1.4). Its memory learns only from blocks of one chain without leaves
+            (`sample_branches=1`, `sampled_base_branches=1`): with a leaf, a step's accepted count no longer says
+            which of the chain's drafts were kept, so with the shipped `sample_branches=2` it keeps its starting
+            chances.
         sampled_base_branches: base-LM chains drawn i.i.d. per block, merged where they agree (a trie verified in one
             target pass, multi-draft speculative sampling over whole branches): each node's children are the
             distinct draws of the chains through it, each carrying q without its earlier siblings, and a node is

@@ -9,10 +9,11 @@ draft below its stop. Here each draft's chance is what drafts of its q realized 
 
 1) q is read in one of `len(EDGES) + 1` buckets; each starts at its own middle q, worth `PRIOR` drafts (so a new
    drafter ends chains as the path rule does);
-2) after each verified block of one chain (tries of several chains are not counted), every draft up to the first one
-   the target rejected is counted in its bucket, kept or not (drafts after a rejection were never judged; with a
-   prompt-lookup branch beside the chain, the step's accepted count is read as the chain's); a bucket holds at most
-   `MOST` drafts, older ones fading, so a change of text is followed;
+2) after each verified block of one chain without leaves (blocks of several chains, or with leaves beside the
+   chain's drafts, `sample_branches` > 1, are not counted: their accepted count may end on a leaf), every draft
+   up to the first one the target rejected is counted in its bucket, kept or not (drafts after a rejection were
+   never judged; with a prompt-lookup branch beside the chain, the step's accepted count is read as the chain's); a
+   bucket holds at most `MOST` drafts, older ones fading, so a change of text is followed;
 3) a chain ends once the product of its drafts' chances falls below `sampled_base_stop`.
 
 The estimate reads only verified chains before this one and the q of this chain's own draws, so each draft is still
