@@ -79,7 +79,8 @@ class Budget:
         if not self._drafting(rows):
             return StepPlan.plain(rows)
         drafts = draft()
-        if not self.cuts:
+        drafted = [t for t in drafts if len(t)]
+        if not self.cuts or (drafted and all(t.whole for t in drafted)):  # lengths the drafter chose and paid for
             return StepPlan(True, drafts, drafts)
         node_values = [self.memory.acceptance.node_values(t) for t in drafts]  # per tree, in node order
         values = [sorted(v, reverse=True) for v in node_values]
@@ -88,7 +89,7 @@ class Budget:
         n = explore if explore is not None else self._best(values, rows, most)
         for tree in drafts:  # a drafter that judges its ways of drafting by realized rates leaves such steps out
             tree.measuring = explore is not None and n < len(tree)
-        trees = [keep_best(tree, n, v) for tree, v in zip(drafts, node_values, strict=True)]
+        trees = [tree if tree.whole else keep_best(tree, n, v) for tree, v in zip(drafts, node_values, strict=True)]
         return StepPlan(True, trees, drafts, measuring=explore is not None)
 
     def learn(self, record: StepRecord) -> None:
@@ -96,12 +97,15 @@ class Budget:
         drafter), and after a drafted step decide on plain mode."""
         plan, rows = record.plan, len(record.plan.trees)
         for tree, path in zip(plan.trees, record.paths, strict=True):
-            if path is not None:
+            if path is not None and not tree.whole:  # a whole tree's nodes are not the ones the models value
                 self.memory.acceptance.record(tree, path)
         costs, memory = self.memory.costs, self.memory
         costs.record(record.fed, record.verify_seconds, rows)
         drafter = record.draft_seconds
-        if plan.drafted and not record.caught_up and drafter > 0 and not costs.pinned:  # a pinned curve decides alone
+        whole = plan.drafted and all(t.whole for t in plan.trees if len(t)) and any(map(len, plan.trees))
+        # the drafter seconds the models add to a cut tree's step: not those of a chain that paid a pass per draft
+        timed = plan.drafted and not whole and not record.caught_up and drafter > 0
+        if timed and not costs.pinned:  # a pinned curve decides alone
             memory.draft_seconds = [*memory.draft_seconds[1 - RECENT :], drafter / rows]
         if plan.drafted:
             full = drafter + record.verify_seconds
@@ -190,16 +194,21 @@ class Budget:
         trees = plan.drafts
         if plain is None or any(not costs.measured(g, rows) for g in GRID[:2]) or not any(map(len, trees)):
             return  # nothing to judge by (no curve yet, or no room left to draft in)
-        values = [sorted(memory.acceptance.node_values(t), reverse=True) for t in trees]
-        largest = max(trees, key=len)  # each node as the more hopeful of the prior and the drafter's record value it
-        hopeful = map(max, PRIOR.node_values(largest), memory.acceptance.node_values(largest))
-        memory.typical = sorted(hopeful, reverse=True)
-        most = max((len(v) for v in values), default=0)
-        best = self._best(values, rows, most)
         schedule = memory.schedule.setdefault(rows, [0, 2])
-        modelled = drafted_rate = self._rate(values, rows, best)
         plain_rate = rows / plain
         seen = self.realized.get(rows, [])
+        if all(t.whole for t in trees if len(t)):  # chains whose lengths the drafter chose: realized rates judge
+            if len(seen) < JUDGED_AFTER and not (seen and schedule[1] > 2):
+                return
+            modelled = _per_second(seen, 1)
+        else:
+            values = [sorted(memory.acceptance.node_values(t), reverse=True) for t in trees]
+            largest = max(trees, key=len)  # each node as the more hopeful of the prior and the drafter's record
+            hopeful = map(max, PRIOR.node_values(largest), memory.acceptance.node_values(largest))
+            memory.typical = sorted(hopeful, reverse=True)
+            most = max((len(v) for v in values), default=0)
+            modelled = self._rate(values, rows, self._best(values, rows, most))
+        drafted_rate = modelled
         if seen and schedule[1] > 2:  # a probe: what drafting really achieved here decides, from its first step
             drafted_rate = _per_second(seen, 1)
         elif len(seen) >= JUDGED_AFTER:

@@ -31,12 +31,17 @@ _MINIMUM = {  # integer fields: the smallest allowed value and what it means
     "sampled_base_drafts": (0, "0 = off"),
     "sampled_base_branches": (1, "1 = one chain"),
     "sampled_base_topk": (0, "0 = the whole processed row"),
+    "greedy_base_drafts": (0, "0 = off"),
     "prompt_lookup_tokens": (0, "0 = off"),
     "prompt_lookup_ngram": (1, "longest suffix n-gram"),
 }
 
 # float fields in [0, 1)
-_FRACTIONS = {"sampled_ar_stop": "0 = never stop early", "sampled_base_stop": "0 = never stop early"}
+_FRACTIONS = {
+    "sampled_ar_stop": "0 = never stop early",
+    "sampled_base_stop": "0 = never stop early",
+    "greedy_base_stop": "0 = never stop early",
+}
 
 
 def _checked(name: str, value):
@@ -135,6 +140,14 @@ class DecodingSettings:
             "none" judges all blocks together. Measured at T=0.7 on four task families, "copying" was slower (paired
             time 1.159, +-2 SE 0.976-1.375; docs/verification.md 1.4): each memory pays its own tries of every
             choice.
+        greedy_base_drafts: with greedy decoding on a PARD drafter that holds its base LM (see
+            `sampled_base_drafts`), a block may instead be the base LM's argmax chain of up to N drafts, one pass
+            each, ending after the draft at which the product of the chain's q falls below `greedy_base_stop`: the
+            drafts depend on each other, where the adapter's parallel slots are blind to the drafts before them. With
+            budget "fixed" every greedy block is such a chain; with "auto" each block is such a chain, verified
+            whole, or the adapter's tree (cut by the budget), chosen per block by their realized rates
+            (`models/pard/ar_choice.py`), and the budget keeps deciding plain steps. 0 = off.
+        greedy_base_stop: the path-q threshold that ends a greedy base-LM chain (see `greedy_base_drafts`); 0 = never.
         prompt_lookup_tokens: length of an extra branch copied from the prompt or output after the longest
             matching suffix n-gram (prompt lookup decoding); 0 = off.
         prompt_lookup_ngram: longest suffix n-gram looked up.
@@ -157,6 +170,8 @@ class DecodingSettings:
     sampled_base_topk: int = 0
     sampled_base_weights: str = "auto"
     sampled_choice_context: str = "none"
+    greedy_base_drafts: int = 0
+    greedy_base_stop: float = 0.5
     prompt_lookup_tokens: int = 0
     prompt_lookup_ngram: int = 3
     budget: str = "auto"
@@ -185,6 +200,8 @@ class DecodingSettings:
         """Trees, lookup branches, exact-q sampling and the adaptive budget run in hf_specdec's loop; fixed argmax
         chains in transformers'."""
         if self.budget == "auto":
+            return True
+        if not do_sample and self.greedy_base_drafts > 0:
             return True
         return self.tree_budget > 0 or self.prompt_lookup_tokens > 0 or (do_sample and self.sampled_drafts == "exact")
 

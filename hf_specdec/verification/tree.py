@@ -36,6 +36,8 @@ class DraftTree:
             the adaptive budget values this tree's lookup nodes from that regime's acceptance.
         measuring: the adaptive budget verified this tree cut to a size it is measuring (the step-cost curve), not
             the size that pays: what its step realized says little of the way it was drafted.
+        whole: the drafter chose this tree's length itself and paid a pass per draft (a greedy base-LM chain): the
+            adaptive budget verifies it whole and keeps it out of its acceptance counts.
     """
 
     tokens: list[int] = field(default_factory=list)
@@ -47,6 +49,7 @@ class DraftTree:
     copied: list[bool] = field(default_factory=list)
     copying: bool = False
     measuring: bool = False
+    whole: bool = False
 
     def __len__(self) -> int:
         return len(self.tokens)

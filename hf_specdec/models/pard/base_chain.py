@@ -1,4 +1,5 @@
-"""Dependent sampled chains from the drafter's base LM (`DecodingSettings.sampled_base_drafts`).
+"""Dependent chains from the drafter's base LM: sampled (`DecodingSettings.sampled_base_drafts`) and greedy
+(`greedy_base_drafts`, `BaseChain.greedy_chain`).
 
 A PARD adapter is trained on the target's argmax, so near T=1 its q is sharper than the target's p and overlaps it
 less than the base LM it was adapted from (docs/verification.md 1.4). The base LM is a causal LM of the same
@@ -107,17 +108,8 @@ class BaseChain:
         opened = [(-1, branches, input_ids, 1.0)]  # (node, chains through it, its context (1, T + depth), path q)
         for d in range(k):
             # 1) / 3) one pass over what the cache lacks; its last len(opened) outputs score the open nodes' children
-            narrow = feed.shape[1] <= self.int8_widest
-            decoder, head = (self.decoder, self.head) if narrow else (self.wide_decoder, self.wide_head)
-            out = decoder(
-                input_ids=feed,
-                position_ids=positions,
-                attention_mask=mask,
-                use_cache=True,
-                **{self.cache_arg: self.cache},
-            )
-            hidden = out.last_hidden_state[0, -len(opened) :]  # (O, H)
-            scores = g.full_vocab_logits(head(hidden)).float().to(input_ids.device)  # (O, V)
+            scores = self._scores(feed, positions, mask, len(opened))  # (O, Vd)
+            scores = g.full_vocab_logits(scores).float().to(input_ids.device)  # (O, V)
             q, ids, q_top = self._draft_rows(scores, logits_processor, opened)  # (O, V) q; its (O, K) ids and mass
             picks = sample(q_top, max(o[1] for o in opened) + leaves)  # (O, most chains + leaves)
             picked = torch.gather(q_top, 1, picks)  # (O, most chains + leaves) q of each draw, for the stop
@@ -154,12 +146,47 @@ class BaseChain:
         self.last = (kept, chain_q, g.stats.row_steps) if one_chain else None
         return tree
 
+    def greedy_chain(self, input_ids: torch.LongTensor, k: int, stop: float) -> DraftTree:
+        """Up to `k` argmax drafts of the base LM, one pass each, ending after the draft at which the product of the
+        chain's q falls below `stop` (`DecodingSettings.greedy_base_drafts`): steps 1, 3 and 4 of the module
+        docstring with one chain, step 2 its argmax. The tree is marked `whole`: its own stop chose its length."""
+        g, T = self.generator, input_ids.shape[1]
+        device = self.lm.device
+        cached = self.cache.get_seq_length()
+        feed = g.known(input_ids[:, cached:].to(device))  # (1, T - cached) tokens the cache lacks, anchor last
+        positions = torch.arange(cached, T, device=device)[None]  # (1, T - cached)
+        tree, path_q = DraftTree(whole=True), 1.0
+        for d in range(k):
+            logq, index = self._scores(feed, positions, None, 1).float().log_softmax(dim=-1).max(dim=-1)  # (1,) each
+            token = g.full_ids(index)  # (1,) the draft in the target's ids
+            q, token = torch.stack([logq.double().exp(), token.double()]).flatten().tolist()  # the pass's host read
+            tree.add(int(token), d - 1)
+            path_q *= q
+            if d == k - 1 or path_q < stop:
+                break  # no pass is paid after the last draft
+            feed = g.known(torch.tensor([[int(token)]], device=device))  # (1, 1) draft d + 1
+            positions = torch.tensor([[T + d]], device=device)  # (1, 1)
+        fed = self.cache.get_seq_length() - T  # drafts fed
+        if fed:
+            self.cache.crop(-fed)  # 4) the committed tokens only
+        return tree
+
     def learn(self, stats) -> None:
         """Step 2 of `kept_by_q.py` for the last chain, once the row's next step was its verification (`stats`:
         the row's `AcceptanceStats`)."""
         last, self.last = self.last, None
         if last is not None and stats.row_steps == last[2] + 1:
             last[0].learn(last[1], min(stats.accepted[-1], len(last[1])))
+
+    def _scores(self, feed: torch.LongTensor, positions: torch.LongTensor, mask, n: int) -> torch.Tensor:
+        """(n, Vd) head scores of the last `n` slots of one pass over `feed` (1, F) into the cache; passes of at most
+        `int8_widest` tokens run through the int8 copies."""
+        narrow = feed.shape[1] <= self.int8_widest
+        decoder, head = (self.decoder, self.head) if narrow else (self.wide_decoder, self.wide_head)
+        out = decoder(
+            input_ids=feed, position_ids=positions, attention_mask=mask, use_cache=True, **{self.cache_arg: self.cache}
+        )
+        return head(out.last_hidden_state[0, -n:])  # (n, Vd)
 
     def _draft_rows(self, scores: torch.Tensor, logits_processor, opened: list) -> tuple:
         """(O, V) q of the open nodes' children as whole rows (what the tree carries), and what draws read: with

@@ -16,7 +16,8 @@ is the LM's conditional given the drafts before it, drafts after m come from pas
 1..m-1). Afterwards the cache is cropped back to the committed tokens. With the adaptive budget m is chosen per
 block among 1..`sampled_ar_drafts` by the committed tokens per second each realized (`ar_choice.py`). With
 `sampled_base_drafts` a block may instead be a chain from the drafter's base LM (`base_chain.py`): every block with
-budget "fixed", one more choice with "auto".
+budget "fixed", one more choice with "auto". Greedy blocks with `DecodingSettings.greedy_base_drafts` may likewise
+be the base LM's argmax chain (`BaseChain.greedy_chain`, `greedy_tree`).
 
 In a batch, `draft_rows` runs step 1 for every drafting row in ONE drafter pass: each row's fed tokens are
 left-padded to one width, its cache left-padded to one length, and a (B, W, C + W) mask lets a row see only its own
@@ -40,7 +41,7 @@ from ..block_drafter.generation_block_drafter import BlockDraftCandidateGenerato
 from ..int8_weights import int8_available
 from ..padding import left_pad, length_groups
 from ..registry import head_of
-from .ar_choice import CATCH_UP, ArChoice, choice_of
+from .ar_choice import CATCH_UP, ArChoice, choice_of, greedy_choice_of
 from .base_chain import BaseChain
 from .modeling_pard import PardDrafter
 
@@ -48,6 +49,8 @@ from .modeling_pard import PardDrafter
 class PardCandidateGenerator(BlockDraftCandidateGenerator):
     """Proposes `block_size - 1` drafts per target forward from one pass of a `PardDrafter` (deterministic argmax
     drafts in transformers' loop; trees and exact q in hf_specdec's)."""
+
+    chain_class = BaseChain  # what drafts base-LM chains
 
     def __init__(
         self,
@@ -66,14 +69,16 @@ class PardCandidateGenerator(BlockDraftCandidateGenerator):
         self.ar_stop = settings.sampled_ar_stop  # a dependent block ends after a draft of q below this
         self.base_drafts = settings.sampled_base_drafts  # a base-LM chain's drafts at most (0: none)
         self.base_branches = settings.sampled_base_branches  # i.i.d. base-LM chains per block, merged
+        self.greedy_base = settings.greedy_base_drafts  # a greedy base-LM chain's drafts at most (0: none)
         self.base_chain = None
-        if self.base_drafts:
+        if self.base_drafts or self.greedy_base:
             if drafter.base_lm is None:
+                name = "sampled_base_drafts" if self.base_drafts else "greedy_base_drafts"
                 raise ValueError(
-                    "sampled_base_drafts needs the drafter's base LM weights (`base_lm`), and this drafter holds "
-                    "none: load it from an adapter folder whose saved decoding sets sampled_base_drafts (or with "
+                    f"{name} needs the drafter's base LM weights (`base_lm`), and this drafter holds "
+                    f"none: load it from an adapter folder whose saved decoding sets {name} (or with "
                     "`PardDrafter.from_adapter_folder(folder, keep_base=True)`), call `drafter.attach_base_lm(lm)`, "
-                    "or set sampled_base_drafts=0"
+                    f"or set {name}=0"
                 )
             base = drafter.base_lm
             if base.device != drafter.device or base.dtype != drafter.dtype:  # the drafter was moved after load
@@ -85,10 +90,12 @@ class PardCandidateGenerator(BlockDraftCandidateGenerator):
             elif int8_available(drafter.device) and weights == "auto":
                 int8 = drafter.base_int8_widest(self.head_weight, self.head_bias)
             stop, stop_on = settings.sampled_base_stop, settings.sampled_base_stop_on
-            self.base_chain = BaseChain(base, self, stop, settings.sampled_base_topk, int8, stop_on)
+            self.base_chain = self.chain_class(base, self, stop, settings.sampled_base_topk, int8, stop_on)
         # the adaptive budget also picks that count (or a base-LM chain) per step (ar_choice.py); None: the setting
         adaptive = settings.budget == "auto" and (self.ar_drafts > 1 or self.base_drafts > 0)
         self.ar_choice = choice_of(drafter, self.ar_drafts, self.base_drafts > 0) if adaptive else None
+        # greedy blocks: the adapter's tree or a base-LM chain, chosen per block (budget "auto"; "fixed": chains)
+        self.greedy_choice = greedy_choice_of(drafter) if settings.budget == "auto" and self.greedy_base else None
         self.by_copying = settings.sampled_choice_context == "copying"  # rows copying a span choose apart
         # (choice, start seconds, row steps then, its tree, the memory it was chosen from) of the last block
         self.ar_step: tuple[int | str, float, int, DraftTree | None, ArChoice] | None = None
@@ -181,13 +188,35 @@ class PardCandidateGenerator(BlockDraftCandidateGenerator):
 
     def most_drafts(self, sampled: bool) -> int:
         """A dependent sampled chain runs past the block: `sampled_ar_drafts` drafts of their own passes, then the
-        last pass's `block_size - 2` mask slots (greedy trees, heads and parallel blocks keep the block)."""
+        last pass's `block_size - 2` mask slots, and so do base-LM chains (`sampled_base_drafts`,
+        `greedy_base_drafts`); greedy trees, heads and parallel blocks keep the block."""
         most = self.block_size - 1
+        if not sampled and self.head is None and self.greedy_base:
+            most = max(most, self.greedy_base)
         if sampled and self.head is None and self.ar_drafts > 1:
             most = self.ar_drafts + self.block_size - 2  # at least the block's block_size - 1 (ar_drafts >= 2)
         if sampled and self.head is None and self.base_drafts:
             most = max(most, self.base_drafts)
         return most
+
+    def greedy_tree(self, input_ids: torch.LongTensor, k: int, budget: int, topk: int) -> DraftTree:
+        """The adapter's argmax chain or best-first tree over its block, or with `greedy_base_drafts` a base-LM
+        argmax chain of up to that many drafts (`BaseChain.greedy_chain`, verified whole): every block with budget
+        "fixed", chosen per block by realized rates with "auto" (`ar_choice.py`)."""
+        block = min(k, self.block_size - 1)
+        if self.head is not None or not self.greedy_base:
+            return super().greedy_tree(input_ids, block, budget, topk)
+        way = self._judged_choice(self.greedy_choice) if self.greedy_choice is not None else "base"
+        if way == "block":
+            tree = super().greedy_tree(input_ids, block, budget, topk)
+        else:
+            self.ready = None  # a batch's shared adapter pass, unused by this row
+            self.caught_up = input_ids.shape[1] - self.base_chain.cache.get_seq_length()
+            stop = self.drafter.decoding.greedy_base_stop
+            tree = self.base_chain.greedy_chain(input_ids, min(k, self.greedy_base), stop)
+        if self.ar_step is not None:
+            self.ar_step = (*self.ar_step[:3], tree, self.ar_step[4])  # judged later: did the budget cut it?
+        return tree
 
     def sampled_tree(
         self, input_ids: torch.LongTensor, k: int, branches: int, logits_processor: LogitsProcessorList | None
@@ -264,13 +293,17 @@ class PardCandidateGenerator(BlockDraftCandidateGenerator):
         it unjudged, and so do a block the budget cut to a size it measures, `DraftTree.measuring`, and one whose
         first pass caught up on more than `CATCH_UP` committed tokens: the prompt, or a long run of plain steps)."""
         if self.ar_choice is None:
-            return "base" if self.base_chain is not None else self.ar_drafts
+            return "base" if self.base_drafts else self.ar_drafts
+        context = "copying" if self.by_copying and self.copying else ""
+        return self._judged_choice(choice_of(self.drafter, self.ar_drafts, self.base_drafts > 0, context))
+
+    def _judged_choice(self, choice: ArChoice) -> int | str:
+        """`choice`'s pick for this block, after the memory the last block was chosen from learns what that block
+        did (see `_ar_count` for which blocks are judged)."""
         now, last = time.perf_counter(), self.ar_step
         judged = last is not None and self.stats.row_steps == last[2] + 1 and self.caught_up <= CATCH_UP
         if judged and not (last[3] and last[3].measuring):
             last[4].learn(last[0], self.stats.accepted[-1] + 1, now - last[1])
-        context = "copying" if self.by_copying and self.copying else ""
-        choice = choice_of(self.drafter, self.ar_drafts, self.base_drafts > 0, context)
         m = choice.choose()
         self.ar_step, self.caught_up = (m, now, self.stats.row_steps, None, choice), 0
         return m

@@ -327,7 +327,8 @@ class PardDrafter(SavedDecoding, PreTrainedModel):
         """Base (`config.base_model`) + the LoRA adapter saved in `folder`, merged; with `merge=False` the base alone
         with the folder's config and draft vocabulary (a run that trains the adapter on loads it on top).
         `keep_base`: also keep the base LM's own weights as `base_lm` (its embeddings shared, its decoder layers a
-        copy); None: when the folder's decoding settings sample base-LM chains (`sampled_base_drafts`)."""
+        copy); None: when the folder's decoding settings draft base-LM chains (`sampled_base_drafts`,
+        `greedy_base_drafts`)."""
         from peft import PeftModel
 
         refuse_pickled_weights(folder)
@@ -340,7 +341,8 @@ class PardDrafter(SavedDecoding, PreTrainedModel):
             )
         drafter = cls.from_base(config, dtype=dtype, device_map=device_map, relative_to=folder)
         if keep_base is None:
-            keep_base = merge and drafter.decoding.sampled_base_drafts > 0 and config.kept_layers is None
+            chains = drafter.decoding.sampled_base_drafts > 0 or drafter.decoding.greedy_base_drafts > 0
+            keep_base = merge and chains and config.kept_layers is None
         base = _weights_copy(drafter.lm) if keep_base else None
         if merge:
             with readable(Path(folder) / ADAPTER_WEIGHTS, "the LoRA adapter"), quiet_peft_probe():
