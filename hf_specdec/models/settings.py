@@ -146,7 +146,9 @@ class DecodingSettings:
             drafts depend on each other, where the adapter's parallel slots are blind to the drafts before them. With
             budget "fixed" every greedy block is such a chain; with "auto" each block is such a chain, verified
             whole, or the adapter's tree (cut by the budget), chosen per block by their realized rates
-            (`models/pard/ar_choice.py`), and the budget keeps deciding plain steps. 0 = off.
+            (`models/pard/ar_choice.py`), and the budget keeps deciding plain steps. On a 2-core CPU it was faster
+            on GSM8K and slower on HumanEval and creative text (docs/pard.md 5.7), so the shipped drafter leaves it
+            off. 0 = off.
         greedy_base_stop: the path-q threshold that ends a greedy base-LM chain (see `greedy_base_drafts`); 0 = never.
         prompt_lookup_tokens: length of an extra branch copied from the prompt or output after the longest
             matching suffix n-gram (prompt lookup decoding); 0 = off.
