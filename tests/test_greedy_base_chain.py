@@ -78,7 +78,8 @@ def chain_drafter(target, cls=PardDrafter, seed=7, **settings) -> PardDrafter:
 def test_greedy_output_equals_plain_when_all_none_or_j_chain_drafts_are_accepted(prompt, corrupt_at, budget):
     """Every block a chain ("fixed"; stop 0: K drafts each), or chains and adapter trees chosen per block ("auto",
     the oracle's trees corrupted at the same depth): output is plain greedy's, and every full chain has exactly the
-    drafts before the corrupted one accepted."""
+    drafts before the corrupted one accepted (with "auto" the choice, read from realized timings, decides how many
+    chains run; `test_a_greedy_probe_runs_twice_and_the_better_rate_becomes_current` pins the choice itself)."""
     target = tiny_target("llama")
     plain = target.generate(prompt, max_new_tokens=NEW, do_sample=False)
     drafter = chain_drafter(target, OracleChainDrafter, budget=budget, greedy_base_stop=0.0, tree_budget=4)
@@ -90,9 +91,8 @@ def test_greedy_output_equals_plain_when_all_none_or_j_chain_drafts_are_accepted
     expected = {None: K, 0: 0, 2: 2}[corrupt_at]
     full = [a for d, a in zip(stats.drafted, stats.accepted, strict=True) if d == K]
     assert all(a == expected for a in full)
-    assert full or (budget, corrupt_at) == ("auto", 0)  # nothing accepted: the budget's plain steps take over
-    if budget == "auto" and corrupt_at != 0:
-        assert drafter._greedy_choice.runs.get("base") and drafter._greedy_choice.runs.get("block")  # both ran
+    if budget == "fixed":  # with "auto" how many blocks are chains depends on this machine's timings
+        assert full
 
 
 def test_a_base_lm_that_is_the_target_has_its_whole_chain_accepted_every_step(prompt):
