@@ -210,8 +210,7 @@ class PardCandidateGenerator(BlockDraftCandidateGenerator):
         if way == "block":
             tree = super().greedy_tree(input_ids, block, budget, topk)
         else:
-            self.ready = None  # a batch's shared adapter pass, unused by this row
-            self.caught_up = input_ids.shape[1] - self.base_chain.cache.get_seq_length()
+            self._base_block(input_ids)
             stop = self.drafter.decoding.greedy_base_stop
             tree = self.base_chain.greedy_chain(input_ids, min(k, self.greedy_base), stop)
         if self.ar_step is not None:
@@ -259,8 +258,7 @@ class PardCandidateGenerator(BlockDraftCandidateGenerator):
         if m == "plain":
             return DraftTree()
         if m == "base":
-            self.ready = None  # a batch's shared adapter pass, unused by this row
-            self.caught_up = input_ids.shape[1] - self.base_chain.cache.get_seq_length()
+            self._base_block(input_ids)
             k = min(k, self.base_drafts)
             leaves = branches - 1  # `sample_branches`: side leaves beside every chain node
             return self.base_chain.sampled_tree(input_ids, k, self.base_branches, logits_processor, leaves)
@@ -286,6 +284,12 @@ class PardCandidateGenerator(BlockDraftCandidateGenerator):
         if first:
             self.cache.crop(-first)  # drop the drafts fed (1..first): the cache holds the committed tokens only
         return DraftTree.sampled_chain(torch.cat(picks).tolist(), torch.cat(rows))
+
+    def _base_block(self, input_ids: torch.LongTensor) -> None:
+        """This block is a base-LM chain: a batch's shared adapter pass goes unused by this row, and the catch-up
+        judged (`CATCH_UP`) is what the base LM's cache lacks of the committed tokens."""
+        self.ready = None
+        self.caught_up = input_ids.shape[1] - self.base_chain.cache.get_seq_length()
 
     def _ar_count(self) -> int | str:
         """m for this block ("base": a base-LM chain): the setting, or (adaptive budget) the choice's, after it
