@@ -380,7 +380,10 @@ def test_an_adapter_folder_that_samples_base_chains_keeps_its_base_weights_apart
     peft_model = get_peft_model(drafter, LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
     peft_model.save_pretrained(tmp_path / "adapter")
     merged = peft_model.merge_and_unload()
-    merged.decoding = DecodingSettings(budget="fixed", sampled_base_drafts=5, sampled_base_stop=0.0)
+    # as loaded: "auto" may time int8 copies faster on some CPUs, whose q are not the fp32 base's compared below
+    merged.decoding = DecodingSettings(
+        budget="fixed", sampled_base_drafts=5, sampled_base_stop=0.0, sampled_base_weights="as_loaded"
+    )
     merged.save_adapter_folder(tmp_path / "adapter")
     loaded = hf_specdec.load_drafter(tmp_path / "adapter")
     base = loaded.base_lm
