@@ -293,6 +293,39 @@ def test_a_budget_that_does_not_cut_verifies_each_drafted_tree_whole():
         fresh.learn(step(whole, 1, 0.5))  # 2 tokens/s against plain steps' 100: the drafter's choice decides
 
 
+def test_a_budget_that_does_not_cut_verifies_a_lookup_branch_only_as_far_as_it_pays():
+    """With `cuts` off the drafter's own nodes stay whole, but the prompt-lookup branch beside them (no drafter pass,
+    only verified width) is kept only as far as it pays on the measured curve. On the curve of a 2-core AVX2 EPYC in
+    bf16 (each fed token about 0.85x of a one-token step) a fresh branch of 10 goes, from beside a chain and from a
+    "plain" choice's tree, which becomes a plain one-token step (it was an 11-token verify committing one token); on
+    the 2-core Xeon's flat curve a copy going on is kept whole."""
+    steep, flat = StepCostModel("avx2"), StepCostModel("xeon")
+    steep.pin({1: 0.20, 2: 0.37, 4: 0.66, 8: 1.30, 16: 2.50})
+    flat.pin({1: 0.285, 8: 0.296, 9: 0.334, 14: 0.338, 15: 0.383, 19: 0.383})
+    copying = AcceptanceModel()
+    seen = DraftTree()
+    seen.add_chain(list(range(10, 20)), merge=False)
+    seen.copying = True
+    for _ in range(3):  # three steps, each copying its whole branch of 10
+        copying.record(seen, list(range(10)))
+
+    def trees():
+        chain = best_first_tree([[-0.05, -3.0]] * 7, [[5, 6]] * 7, 7)  # the drafter's nodes
+        alone = DraftTree()  # a "plain" choice: no drafter nodes
+        for tree in (chain, alone):
+            tree.add_chain(list(range(30, 40)), merge=False)
+        return [chain, alone]
+
+    fresh = Budget(BudgetMemory(steep, AcceptanceModel()), plain_steps=False, cuts=False)
+    planned = [fresh.plan(1, lambda t=t: [t]).trees[0] for t in trees()]
+    assert planned[0].lookup == [False] * 7 and planned[0].tokens == trees()[0].tokens[:7]  # the chain, whole
+    assert len(planned[1]) == 0  # a plain one-token step
+    on_flat = Budget(BudgetMemory(flat, copying), plain_steps=False, cuts=False)
+    for tree in trees():
+        tree.copying = True
+        assert sum(on_flat.plan(1, lambda t=tree: [t]).trees[0].lookup) == 10
+
+
 def test_a_new_load_borrows_a_close_row_count_curve_and_plain_verdict():
     costs = StepCostModel("load")
     for fed in GRID:

@@ -80,7 +80,9 @@ class Budget:
             return StepPlan.plain(rows)
         drafts = draft()
         drafted = [t for t in drafts if len(t)]
-        if not self.cuts or (drafted and all(t.whole for t in drafted)):  # lengths the drafter chose and paid for
+        if not self.cuts:  # the drafter chose and paid its nodes; the lookup branch beside them is verified if it pays
+            return StepPlan(True, [self._lookup_that_pays(t, rows) for t in drafts], drafts)
+        if drafted and all(t.whole for t in drafted):  # lengths the drafter chose and paid for
             return StepPlan(True, drafts, drafts)
         node_values = [self.memory.acceptance.node_values(t) for t in drafts]  # per tree, in node order
         values = [sorted(v, reverse=True) for v in node_values]
@@ -256,6 +258,27 @@ class Budget:
             if one is not None and fed > 1 and floor >= 0.9 * fed * one:
                 return None
         return None
+
+    def _lookup_that_pays(self, tree: DraftTree, rows: int) -> DraftTree:
+        """`tree` with its drafter's nodes whole and, of the nodes only the prompt-lookup branch proposed, the m most
+        likely accepted for the m whose step commits the most tokens per second of verify; these nodes cost no
+        drafter pass, only verified width, which on a machine whose cost rises with every token fed (a CPU without
+        bf16 or int8 matrix units) costs more than they commit: an 11-token lookup branch beside a "plain" choice cost
+        8x a one-token step there and committed 1 token. The whole tree while the curve is unmeasured."""
+        lookup = [i for i in range(len(tree)) if tree.from_lookup(i)]
+        costs = self.memory.costs
+        if not lookup or costs.cost(1, rows) is None:
+            return tree
+        values = self.memory.acceptance.node_values(tree)
+        own = [i for i in range(len(tree)) if not tree.from_lookup(i)]
+        lookup.sort(key=lambda i: (-values[i], i))  # a copied span's nodes descend along it: parents come first
+        committed = 1.0 + sum(values[i] for i in own)
+        best, keep = 0.0, 0
+        for m in range(len(lookup) + 1):
+            rate = (committed + sum(values[i] for i in lookup[:m])) / costs.cost(1 + len(own) + m, rows)
+            if rate > best:
+                best, keep = rate, m
+        return tree if keep == len(lookup) else tree.keep(own + lookup[:keep])
 
     def _rate(self, values: list[list[float]], rows: int, n: int) -> float:
         cost = self.memory.costs.cost(1 + n, rows)

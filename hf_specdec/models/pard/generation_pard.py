@@ -65,11 +65,14 @@ class PardCandidateGenerator(BlockDraftCandidateGenerator):
         self.features: torch.Tensor | None = None  # (1, C, L*H) target features of committed tokens (injection)
         self.ready: tuple[int, torch.Tensor, torch.Tensor] | None = None  # (T, (K, H), (K-1, Vd)) from draft_rows
         settings = drafter.decoding
+        # only the settings of this call's way of drafting apply: a greedy call never builds (nor times the int8
+        # copies of) the sampled chains' base LM, a sampled one never drafts greedy chains
+        sampled = bool(generation_config.do_sample) and settings.sampled_drafts == "exact"
         self.ar_drafts = settings.sampled_ar_drafts  # sampled drafts that get a drafter pass each (at most, "auto")
         self.ar_stop = settings.sampled_ar_stop  # a dependent block ends after a draft of q below this
-        self.base_drafts = settings.sampled_base_drafts  # a base-LM chain's drafts at most (0: none)
+        self.base_drafts = settings.sampled_base_drafts if sampled else 0  # a base-LM chain's drafts at most (0: none)
         self.base_branches = settings.sampled_base_branches  # i.i.d. base-LM chains per block, merged
-        self.greedy_base = settings.greedy_base_drafts  # a greedy base-LM chain's drafts at most (0: none)
+        self.greedy_base = 0 if sampled else settings.greedy_base_drafts  # a greedy base-LM chain's drafts at most
         self.base_chain = None
         if self.base_drafts or self.greedy_base:
             if drafter.base_lm is None:
@@ -92,7 +95,7 @@ class PardCandidateGenerator(BlockDraftCandidateGenerator):
             stop, stop_on = settings.sampled_base_stop, settings.sampled_base_stop_on
             self.base_chain = self.chain_class(base, self, stop, settings.sampled_base_topk, int8, stop_on)
         # the adaptive budget also picks that count (or a base-LM chain) per step (ar_choice.py); None: the setting
-        adaptive = settings.budget == "auto" and (self.ar_drafts > 1 or self.base_drafts > 0)
+        adaptive = sampled and settings.budget == "auto" and (self.ar_drafts > 1 or self.base_drafts > 0)
         self.ar_choice = choice_of(drafter, self.ar_drafts, self.base_drafts > 0) if adaptive else None
         # greedy blocks: the adapter's tree or a base-LM chain, chosen per block (budget "auto"; "fixed": chains)
         self.greedy_choice = greedy_choice_of(drafter) if settings.budget == "auto" and self.greedy_base else None
