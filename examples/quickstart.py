@@ -76,6 +76,10 @@ def main() -> None:
             f"plain steps         : {stats.plain_steps} of {stats.row_steps} (the adaptive budget measuring plain "
             f"steps, or drafting not paying then); tau over drafted steps {stats.drafted_tau:.2f}"
         )
+    curve = hf_specdec.cost_model(target).curve()  # {fed tokens: seconds} the adaptive budget measured here
+    if 1 in curve and len(curve) > 1:  # drafting pays where feeding more tokens costs little more than one
+        rises = ", ".join(f"{n}: {s / curve[1]:.2f}x" for n, s in curve.items() if n > 1)
+        print(f"verify cost         : {1000 * curve[1]:.0f} ms for 1 token; {rises} (this machine, as measured)")
     print(f"drafter settings    : {type(drafter).__name__}, block {drafter.config.block_size}, {drafter.decoding}")
     if args.sample:  # a sampled output is one draw from the target's distribution, plain's another
         print("output              : sampled from the target's distribution (tests/test_sampling_distribution.py)")

@@ -133,12 +133,13 @@ def test_auto_weights_follow_the_timing_this_machine_gives():
     drafter, target = _drafter_with_base_lm()
     first = _generator(drafter, target)
     seconds = drafter.base_weights_seconds
-    assert set(seconds) == {"as_loaded", "int8", "as_loaded@32", "int8@32"} and all(s > 0 for s in seconds.values())
     int8_won = seconds["int8"] < seconds["as_loaded"]
+    wide_keys = {"as_loaded@32", "int8@32"} if int8_won else set()  # wide passes only where int8 won one token
+    assert set(seconds) == {"as_loaded", "int8"} | wide_keys and all(s > 0 for s in seconds.values())
     assert isinstance(first.base_chain.head, Int8Linear) == int8_won
     narrow = {way: seconds[way] for way in ("as_loaded", "int8")}
-    wide = {way: seconds[f"{way}@32"] for way in ("as_loaded", "int8")}
-    assert first.base_chain.int8_widest == widest_faster(narrow, wide, 32)
+    wide = {way: seconds[f"{way}@32"] for way in ("as_loaded", "int8")} if int8_won else None
+    assert first.base_chain.int8_widest == (widest_faster(narrow, wide, 32) if int8_won else 0)
     assert ("_int8_base" in drafter.__dict__) == int8_won  # the copies are kept only where they pay
     _generator(drafter, target)
     assert drafter.base_weights_seconds == seconds  # not timed again
@@ -177,7 +178,8 @@ def test_auto_weights_run_base_chains_through_the_faster_way(monkeypatch, winner
         assert isinstance(chain.head, Int8Linear) == (winner == "int8")
         quantized = not any(isinstance(m, torch.nn.Linear) for m in chain.decoder.modules())
         assert quantized == (winner == "int8")
-    assert calls == [(["as_loaded", "int8"], 1), (["as_loaded", "int8"], 32)]  # timed once, both ways, two widths
+    wide = [(["as_loaded", "int8"], 32)] if winner == "int8" else []  # the wide width only where int8 won one token
+    assert calls == [(["as_loaded", "int8"], 1), *wide]  # timed once, both ways
     assert ("_int8_base" in drafter.__dict__) == (winner == "int8")
     tree = _generator(drafter, target).sampled_tree(torch.tensor([[1, 5, 9, 12, 7]]), 3, 1, LogitsProcessorList())
     assert tree.q is not None and all(float(tree.q[d, tree.tokens[d]]) > 0 for d in range(len(tree)))

@@ -114,10 +114,10 @@ class PardDrafter(SavedDecoding, PreTrainedModel):
         """`sampled_base_weights="auto"`: the widest base-LM pass, in tokens fed, that the int8 copies (`int8_base`)
         run faster than the weights as loaded on this machine (`widest_faster`); 0 where they lose one token. A chain
         feeds one token a pass but its first, which reads what was committed since the last chain (the prompt, on a
-        call's first chain). Timed once per weight version (one-token and `WIDE_PASS`-token passes both ways, about
-        two seconds on a 2-core CPU) and kept on the drafter with its seconds (`base_weights_seconds`); the copies
-        are dropped if they lose one token. Which weights run changes only how often drafts are kept, never the
-        output: q is what the draft was drawn from either way."""
+        call's first chain). Timed once per weight version (one-token passes both ways, then, only where int8 wins
+        there, `WIDE_PASS`-token ones: about two seconds on a 2-core CPU) and kept on the drafter with its seconds
+        (`base_weights_seconds`); the copies are dropped if they lose one token. Which weights run changes only how
+        often drafts are kept, never the output: q is what the draft was drawn from either way."""
         key = self._base_weights_key(head_weight)
         known = self.__dict__.get("_int8_pays")
         if known is None or known[0] != key:
@@ -126,9 +126,12 @@ class PardDrafter(SavedDecoding, PreTrainedModel):
                 "as_loaded": (self.base_lm.get_decoder(), lambda h: F.linear(h, head_weight, head_bias)),
                 "int8": (quantized.get_decoder(), head),
             }
-            narrow, wide = pass_seconds(ways), pass_seconds(ways, reps=3, width=WIDE_PASS)
+            narrow = pass_seconds(ways)
+            # the wide passes only where int8 wins one token: where it loses, no width is run through it (on a
+            # 2-core AVX2 EPYC the wide timing alone took 7 s of a sampled call's first 20)
+            wide = pass_seconds(ways, reps=3, width=WIDE_PASS) if narrow["int8"] < narrow["as_loaded"] else {}
             seconds = {**narrow, **{f"{way}@{WIDE_PASS}": s for way, s in wide.items()}}
-            known = (key, widest_faster(narrow, wide, WIDE_PASS), seconds)
+            known = (key, widest_faster(narrow, wide, WIDE_PASS) if wide else 0, seconds)
             self.__dict__["_int8_pays"] = known
             if known[1] < 1:
                 self.__dict__.pop("_int8_base", None)  # the copies lost: their memory goes back
@@ -137,7 +140,8 @@ class PardDrafter(SavedDecoding, PreTrainedModel):
     @property
     def base_weights_seconds(self) -> dict[str, float] | None:
         """Seconds of a base-LM pass per way as `base_int8_widest` timed them on this machine ("as_loaded", "int8":
-        one token; "as_loaded@32", "int8@32": `WIDE_PASS` tokens), or None before any timing."""
+        one token; "as_loaded@32", "int8@32": `WIDE_PASS` tokens, timed only where int8 won one token), or None
+        before any timing."""
         known = self.__dict__.get("_int8_pays")
         return None if known is None else dict(known[2])
 
