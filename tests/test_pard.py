@@ -131,7 +131,7 @@ def test_rows_copying_a_span_choose_sampled_blocks_from_a_memory_of_their_own(ta
     chosen from, even when the row stopped or started copying since. With "none", one memory judges them all."""
     drafter = pard(target, block_size=4)
     drafter.decoding = DecodingSettings(sampled_ar_drafts=3, sampled_choice_context=context)  # budget "auto"
-    gen = PardCandidateGenerator(drafter, target, GenerationConfig(max_length=64))
+    gen = PardCandidateGenerator(drafter, target, GenerationConfig(max_length=64, do_sample=True))  # a sampled call
     for copying in [False] * 3 + [True] * 4 + [False]:
         gen.copying = copying  # what the step sets from the row's last step, before drafting
         gen._ar_count()
