@@ -128,7 +128,7 @@ class PardDrafter(SavedDecoding, PreTrainedModel):
             }
             narrow = pass_seconds(ways)
             # the wide passes only where int8 wins one token: where it loses, no width is run through it (on a
-            # 2-core AVX2 EPYC the wide timing alone took 7 s of a sampled call's first 20)
+            # 2-core AVX2 EPYC, where it lost, the timing took 11.5 s of a sampled call's first 20, most of it wide)
             wide = pass_seconds(ways, reps=3, width=WIDE_PASS) if narrow["int8"] < narrow["as_loaded"] else {}
             seconds = {**narrow, **{f"{way}@{WIDE_PASS}": s for way, s in wide.items()}}
             known = (key, widest_faster(narrow, wide, WIDE_PASS) if wide else 0, seconds)
