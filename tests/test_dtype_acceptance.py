@@ -36,12 +36,34 @@ def drafted_steps_accept(stats) -> bool:
     return accepted and stats.plain_steps <= 2
 
 
+def assert_greedy_up_to_rounding(target, out: torch.Tensor, plain: torch.Tensor, scores: tuple) -> None:
+    """bf16: a multi-token verify rounds otherwise than one-token decoding, by more on some CPUs (on an AVX2 EPYC a
+    one-pass read of a sequence moved its logits by 0.14 against one-token decoding). So the output must be the
+    target's greedy choice up to that rounding, measured on this machine: where it leaves plain decoding, plain's
+    own top two were within the rounding; and every token it emits is, given its own prefix, within the rounding
+    of the target's top logit."""
+    n = plain.shape[1] - len(scores)  # prompt length
+    stepwise = torch.stack([s[0].float() for s in scores])  # [new, vocab]
+    with torch.no_grad():
+        one_pass = target(plain).logits[0, n - 1 : -1].float()  # [new, vocab]
+        own = target(out).logits[0, n - 1 : -1].float()  # [new, vocab]
+    rounding = (one_pass - stepwise).abs().max().item()
+    differ = (out[0, n:] != plain[0, n:]).nonzero()
+    if len(differ):
+        k = differ[0].item()
+        step = stepwise[k]
+        assert step[plain[0, n + k]] - step[out[0, n + k]] <= rounding, f"left plain decoding at new token {k}"
+    chosen = own.gather(1, out[0, n:, None])[:, 0]  # [new]
+    assert (own.max(1).values - chosen).max().item() <= rounding
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("path", list(PATHS))
 def test_an_agreeing_drafter_is_accepted_in_every_dtype(dtype, path):
     target, drafter = agreeing_drafter(dtype, PATHS[path])
     prompt = torch.randint(3, VOCAB - 1, (1, 10), generator=torch.Generator().manual_seed(3))
-    plain = target.generate(prompt, max_new_tokens=24, do_sample=False)
+    run = target.generate(prompt, max_new_tokens=24, do_sample=False, output_scores=True, return_dict_in_generate=True)
+    plain = run.sequences
     costs = hf_specdec.cost_model(target)
     if path.startswith("adaptive"):  # a flat cost curve: drafting always pays, so every step drafts
         costs.pin({n: 1.0 for n in (1, 2, 4, 8, 16, 32)})
@@ -50,7 +72,10 @@ def test_an_agreeing_drafter_is_accepted_in_every_dtype(dtype, path):
     finally:
         costs.reset()  # the curve is the process's: leave none pinned for other tests
     stats = drafter.last_acceptance_stats
-    assert torch.equal(out, plain)
+    if dtype == torch.float32:
+        assert torch.equal(out, plain)
+    else:
+        assert_greedy_up_to_rounding(target, out, plain, run.scores)
     assert drafted_steps_accept(stats) and stats.plain_steps <= 1
     assert stats.drafted_tau >= 2.0 and stats.tau >= 1.9
 
