@@ -441,8 +441,8 @@ def test_a_first_try_at_a_load_asks_the_models_and_catch_up_passes_are_not_draft
         assert Budget(memory).plan(16, no_drafts(16)).drafted is drafts
     memory = BudgetMemory(costs, draft_seconds=[0.002])
     budget = Budget(memory)
-    plan = budget.plan(16, no_drafts(16))
-    assert plan.drafted
+    assert budget.plan(16, no_drafts(16)).drafted
+    plan = drafted(best_first_tree([[-0.01] * 2] * 7, [[5, 6]] * 7, 8), 16)  # what the drafter's passes drafted
     budget.learn(StepRecord(plan, [[]] * 16, 9, 0.5, 16 * 0.300, 16, caught_up=True))  # the first pass reads prompts
     assert memory.drafter_seconds == pytest.approx(0.002)
     budget.learn(StepRecord(plan, [[]] * 16, 9, 0.5, 16 * 0.004, 16))

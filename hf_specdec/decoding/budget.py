@@ -105,8 +105,10 @@ class Budget:
         costs.record(record.fed, record.verify_seconds, rows)
         drafter = record.draft_seconds
         whole = plan.drafted and all(t.whole for t in plan.trees if len(t)) and any(map(len, plan.trees))
-        # the drafter seconds the models add to a cut tree's step: not those of a chain that paid a pass per draft
-        timed = plan.drafted and not whole and not record.caught_up and drafter > 0
+        # the drafter seconds the models add to a cut tree's step: not those of a chain that paid a pass per draft,
+        # nor of a step with no room left to draft (no drafter pass ran: its microseconds are no drafter's cost)
+        ran = any(map(len, plan.drafts))
+        timed = plan.drafted and ran and not whole and not record.caught_up and drafter > 0
         if timed and not costs.pinned:  # a pinned curve decides alone
             memory.draft_seconds = [*memory.draft_seconds[1 - RECENT :], drafter / rows]
         if plan.drafted:
@@ -153,7 +155,8 @@ class Budget:
             schedule[0] -= 1
             return False
         first = new_load or rows not in self.realized  # no drafted step judged at this load yet in this call
-        if (schedule[1] > 2 or first) and self._clearly_loses(rows):  # a probe, or a first try, that cannot pay
+        cannot = self._clearly_loses(rows) or self._cannot_pay_untimed(rows)
+        if (schedule[1] > 2 or first) and cannot:  # a probe, or a first try, that cannot pay
             schedule[:] = [schedule[1], min(MAX_BACKOFF, 2 * schedule[1])]
             return False
         return True
@@ -177,6 +180,22 @@ class Budget:
         )
         return best < (1 - PROBE_MARGIN) * rows / plain
 
+    def _cannot_pay_untimed(self, rows: int) -> bool:
+        """Before the drafter was ever timed with this target (no seconds measured, none saved): whether even a
+        drafter whose every draft is kept, a chain of the `block` drafts one pass proposes, beats plain steps' rate
+        by less than `PROBE_MARGIN`, its pass priced at the target's cost for that block times the drafter's
+        `share` of the parameters (0.35 for the 0.5B PARD drafter of the 1.5B; its measured pass cost 0.33x of the
+        target's on an AVX2 EPYC). A real drafter keeps far fewer, and a first try also reads the whole prompt
+        through the drafter (on that machine 2.2-3 s, 10-15 plain steps, where a drafter always right only ties
+        plain steps): such a try cannot pay."""
+        memory, costs = self.memory, self.memory.costs
+        if self.drafter_seconds is not None or memory.share is None or not memory.block:
+            return False
+        plain, block = costs.cost(1, rows), costs.estimate(1 + memory.block, rows)
+        if plain is None or block is None or not costs.measured(1 + memory.block, rows):
+            return False
+        return rows * (1 + memory.block) / (block * (1 + memory.share)) < (1 + PROBE_MARGIN) * rows / plain
+
     def _judge(self, plan: StepPlan, rows: int, realized: tuple[int, float, float]) -> None:
         """After a drafted step, switch to plain steps when drafting loses to plain decoding: the best drafted rate
         the models predict for this step's drafts, or the rate drafted steps at this load have really achieved in
@@ -189,13 +208,13 @@ class Budget:
         else up to `MAX_BACKOFF`; drafting that pays halves it, once `JUDGED_AFTER` realized steps say so."""
         costs, memory = self.memory.costs, self.memory
         plain = costs.cost(1, rows)
-        if plan.measuring:  # a size verified to measure its cost: not a step that was meant to pay
+        if plan.measuring or not any(map(len, plan.drafts)):  # a size verified to measure its cost, or no room left
             return
         if not costs.pinned:  # a pinned curve decides alone (real timings differ)
             self.realized[rows] = [*self.realized.get(rows, [])[1 - RECENT :], realized]
         trees = plan.drafts
-        if plain is None or any(not costs.measured(g, rows) for g in GRID[:2]) or not any(map(len, trees)):
-            return  # nothing to judge by (no curve yet, or no room left to draft in)
+        if plain is None or any(not costs.measured(g, rows) for g in GRID[:2]):
+            return  # nothing to judge by (no curve yet)
         schedule = memory.schedule.setdefault(rows, [0, 2])
         plain_rate = rows / plain
         seen = self.realized.get(rows, [])

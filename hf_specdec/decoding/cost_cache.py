@@ -1,9 +1,10 @@
-"""The step-cost cache file, `$HF_SPECDEC_CACHE/step_costs.json`: read and written so that it can never fail a call.
+"""The cache files under `$HF_SPECDEC_CACHE`, read and written so that they can never fail a call.
 
-The file maps a model key (`step_cost.model_key`) to that target's points, `{rows: {fed tokens: [seconds, ...]}}`
-with string keys. Anything in it that does not parse, is of a foreign shape, out of range or not finite is left out
-(that part of the curve is measured afresh), and a location that cannot be read or written keeps the curve in the
-process; either way the process is told once per file (a `logging` warning), and no call raises because of it.
+`step_costs.json` maps a model key (`step_cost.model_key`) to that target's points, `{rows: {fed tokens: [seconds,
+...]}}` with string keys; `budget_memory.json` maps a model and drafter key to the budget's verdict on that drafter
+(`budget_memory.py`). Anything in a file that does not parse, is of a foreign shape, out of range or not finite is
+left out (that part is measured afresh), and a location that cannot be read or written keeps it in the process;
+either way the process is told once per file (a `logging` warning), and no call raises because of it.
 
 Writers never tear the file: each writes a temporary file of its own in the same folder and moves it into place with
 `os.replace`. They merge under a lock file beside it (`step_costs.json.lock`), so threads and processes saving curves
@@ -18,7 +19,9 @@ import math
 import os
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from filelock import FileLock
 
@@ -28,6 +31,7 @@ MAX_SECONDS = 3600.0  # one target forward longer than this is not a timing (and
 MAX_SIZE = 1 << 20  # rows or fed tokens beyond this are not a forward this library ran
 LOCK_SECONDS = 30.0  # how long a save waits for another writer before giving up (with the one warning)
 SHOWN = 3  # problems named in the warning
+COSTS_FILE, BUDGET_FILE = "step_costs.json", "budget_memory.json"
 
 Points = dict[int, dict[int, list[float]]]
 
@@ -35,54 +39,58 @@ _WARNED: set[str] = set()  # files this process has warned about (once each)
 _WARNED_LOCK = threading.Lock()
 
 
-def load(path: Path, key: str) -> Points:
-    """The points saved under `key` in `path`: {} when the file is missing; whatever cannot be used is left out,
-    with one warning per process for this file."""
+def load(path: Path, key: str, clean_entry: Callable[[object], tuple[Any, list[str]]] | None = None) -> Any:
+    """The entry saved under `key` in `path`, as `clean_entry` (default `clean`: step-cost points) makes it usable:
+    {} when the file or the key is missing; whatever cannot be used is left out, with one warning per process for
+    this file."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as error:  # a folder in its place, no permission, not UTF-8
-        warn_once(path, f"could not be read ({_reason(error)}); its curves are ignored and measured afresh")
+        warn_once(path, f"could not be read ({_reason(error)}); its entries are ignored and measured afresh")
         return {}
     try:
         saved = json.loads(text)
     except (ValueError, RecursionError) as error:
-        warn_once(path, f"is not JSON ({_reason(error)}); its curves are ignored and measured afresh")
+        warn_once(path, f"is not JSON ({_reason(error)}); its entries are ignored and measured afresh")
         return {}
     if not isinstance(saved, dict):
         what = type(saved).__name__
-        warn_once(path, f"holds a JSON {what}, not a mapping of curves; it is ignored and the curves measured afresh")
+        warn_once(path, f"holds a JSON {what}, not a mapping of entries; it is ignored and they are measured afresh")
         return {}
     if key not in saved:
         return {}
-    points, problems = clean(saved[key])
+    entry, problems = (clean_entry or clean)(saved[key])
     if problems:
         listed = "; ".join(problems[:SHOWN]) + (f"; and {len(problems) - SHOWN} more" if len(problems) > SHOWN else "")
-        warn_once(
-            path, f"has entries for {key} that are not usable timings ({listed}); they are ignored and measured afresh"
-        )
-    return points
+        warn_once(path, f"has entries for {key} that are not usable ({listed}); they are ignored and measured afresh")
+    return entry
 
 
-def save(path: Path, key: str, points: Points) -> str | None:
-    """Write `points` under `key` into `path`, keeping the other entries; None when written, else why not (warned
-    once per process for this file, never raised)."""
+def save(path: Path, key: str, entry: dict) -> str | None:
+    """Write `entry` (JSON-ready) under `key` into `path`, keeping the other entries; None when written, else why not
+    (warned once per process for this file, never raised)."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(f"{path}.lock", timeout=LOCK_SECONDS):
             saved = _mapping(path)
-            saved[key] = {str(r): {str(n): list(v) for n, v in fed.items()} for r, fed in points.items()}
+            saved[key] = entry
             _replace(path, json.dumps(saved, indent=1))
     except (OSError, ValueError, NotImplementedError) as error:  # unwritable; a lock the filesystem does not support
         reason = _reason(error)
         warn_once(
             path,
-            f"cannot be written ({reason}): the step-cost curve was not saved and is kept in this process only; point "
-            "HF_SPECDEC_CACHE at a writable folder (or set it to '' to keep curves in memory without this warning)",
+            f"cannot be written ({reason}): what it would hold was not saved and is kept in this process only; point "
+            "HF_SPECDEC_CACHE at a writable folder (or set it to '' to keep it in memory without this warning)",
         )
         return reason
     return None
+
+
+def points_entry(points: Points) -> dict:
+    """Step-cost points as the file keeps them (string keys)."""
+    return {str(r): {str(n): list(v) for n, v in fed.items()} for r, fed in points.items()}
 
 
 def clean(raw: object) -> tuple[Points, list[str]]:
@@ -109,13 +117,15 @@ def clean(raw: object) -> tuple[Points, list[str]]:
 
 
 def warn_once(path: Path, message: str) -> None:
-    """Log `hf_specdec: the step-cost cache <path> <message>` the first time this process says anything about it."""
+    """Log `hf_specdec: the step-cost cache <path> <message>` (the budget-memory cache for that file) the first time
+    this process says anything about it."""
     name = os.path.abspath(path)
     with _WARNED_LOCK:
         if name in _WARNED:
             return
         _WARNED.add(name)
-    logger.warning("hf_specdec: the step-cost cache %s %s", name, message)
+    what = "budget-memory cache" if Path(name).name == BUDGET_FILE else "step-cost cache"
+    logger.warning("hf_specdec: the %s %s %s", what, name, message)
 
 
 def _mapping(path: Path) -> dict:
@@ -170,4 +180,15 @@ def _reason(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
 
-__all__ = ["MAX_SECONDS", "MAX_SIZE", "clean", "load", "save", "valid_timing", "warn_once"]
+__all__ = [
+    "BUDGET_FILE",
+    "COSTS_FILE",
+    "MAX_SECONDS",
+    "MAX_SIZE",
+    "clean",
+    "load",
+    "points_entry",
+    "save",
+    "valid_timing",
+    "warn_once",
+]

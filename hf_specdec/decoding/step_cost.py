@@ -142,7 +142,7 @@ class StepCostModel:
             return True
         with self._lock:
             points = {r: {n: list(v) for n, v in fed.items()} for r, fed in self.points.items()}
-        self.unsaved = cost_cache.save(path, self.key, points)
+        self.unsaved = cost_cache.save(path, self.key, cost_cache.points_entry(points))
         return self.unsaved is None
 
     def __str__(self) -> str:
@@ -217,7 +217,7 @@ def cost_model(target: PreTrainedModel) -> StepCostModel:
 def cache_path() -> Path | None:
     """Where curves are saved: $HF_SPECDEC_CACHE/step_costs.json (default ~/.cache/hf_specdec); "" = not saved."""
     root = os.environ.get("HF_SPECDEC_CACHE", str(Path.home() / ".cache" / "hf_specdec"))
-    return Path(root) / "step_costs.json" if root else None
+    return Path(root) / cost_cache.COSTS_FILE if root else None
 
 
 def _cpu_model() -> str:
