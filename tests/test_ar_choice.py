@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from hf_specdec.models.pard.ar_choice import MARGIN, PROBE_EVERY, RECENT, TRIED, ArChoice, choice_of, choices
+from hf_specdec.models.pard.ar_choice import (
+    MARGIN,
+    MAX_PROBE_EVERY,
+    PROBE_EVERY,
+    RECENT,
+    TRIED,
+    ArChoice,
+    choice_of,
+    choices,
+)
 
 
 def run(choice: ArChoice, rates: dict, steps: int) -> list:
@@ -29,7 +38,7 @@ def test_a_change_of_text_moves_the_choice_within_the_recent_window():
     choice = ArChoice(largest=2)
     run(choice, {1: 3.0, 2: 5.0}, 40)
     picked = run(choice, {1: 3.0, 2: 2.0}, RECENT * PROBE_EVERY)  # m = 2 stops paying
-    assert picked[-PROBE_EVERY:].count(1) == PROBE_EVERY - 1  # all but the one probe of m = 2 or plain
+    assert picked[-PROBE_EVERY:].count(1) >= PROBE_EVERY - 1  # all but at most one probe of m = 2 or plain
 
 
 def test_steps_without_time_are_not_judged_and_the_memory_lives_on_the_drafter():
@@ -61,7 +70,7 @@ def test_with_a_base_chain_the_choice_is_base_or_plain_and_plain_wins_where_chai
     picked = run(choice, {"base": 6.0}, 40)
     assert picked[: 2 * TRIED] == ["base"] * TRIED + ["plain"] * TRIED
     after = picked[2 * TRIED :]
-    assert after.count("plain") == sum(1 for step in range(2 * TRIED + 1, 41) if step % PROBE_EVERY == 0)
+    assert after.count("plain") == 1  # its probe at step 16 lost clearly: the next is due 32 steps later
     losing = ArChoice(largest=2, base=True)
     picked = run(losing, {"base": 1.0, "plain": 4.0}, 64)  # chains do not pay: plain steps, base on probes
     after = picked[2 * TRIED :]
@@ -82,3 +91,31 @@ def test_noisy_rates_do_not_move_the_current_choice_but_a_clear_win_does():
     noise = (choice.rate_error("base") ** 2 + choice.rate_error("plain") ** 2) ** 0.5
     assert choice.rate("plain") - choice.rate("base") > MARGIN * noise
     assert choice.choose() == "plain" and choice.current == "plain"
+
+
+def test_probes_of_a_choice_that_loses_clearly_grow_rarer_and_come_back_when_it_does_not():
+    """On a machine where base-LM chains commit under half of plain steps' rate, each probe of "base" doubles the
+    steps to the next, up to `MAX_PROBE_EVERY`; a probe that does not lose clearly sets them back."""
+    choice = ArChoice(largest=2, base=True)
+    picked = run(choice, {"base": 2.0, "plain": 5.0}, 2 * TRIED + 400)
+    probes = [i for i, m in enumerate(picked, start=1) if m == "base"][TRIED:]
+    gaps = [b - a for a, b in zip(probes, probes[1:], strict=False)]
+    assert probes[0] == PROBE_EVERY and gaps == [32, 64, 128, 128][: len(gaps)] and len(gaps) >= 3
+    assert choice.every == MAX_PROBE_EVERY
+    rates = {"base": 5.2, "plain": 5.0}  # the text changed: chains now pay
+    while choice.choose() != "base":
+        choice.learn("plain", 5.0, 1.0)
+    choice.learn("base", rates["base"], 1.0)
+    assert choice.every == PROBE_EVERY  # the probe did not lose clearly: probes as usual
+
+
+def test_a_probe_that_read_the_prompt_sets_the_next_probe_but_not_the_rate():
+    """The first block of a call reads the prompt through the base LM: not judged into "base"'s rate (a chain that
+    became current would not pay it again), but it is what a probe costs there, and it sets when the next comes."""
+    choice = ArChoice(largest=2, base=True)
+    run(choice, {"base": 2.0, "plain": 5.0}, PROBE_EVERY - 1)
+    assert choice.choose() == "base" and choice.probing == "base"
+    before = list(choice.recent["base"])
+    choice.probed("base", 2, 4.0)  # 2 tokens in 4 s, the prompt's catch-up included
+    assert list(choice.recent["base"]) == before and choice.every == 2 * PROBE_EVERY
+    assert choice.next_probe == choice.steps + 2 * PROBE_EVERY and choice.probing is None

@@ -103,6 +103,7 @@ class PardCandidateGenerator(BlockDraftCandidateGenerator):
         # (choice, start seconds, row steps then, its tree, the memory it was chosen from) of the last block
         self.ar_step: tuple[int | str, float, int, DraftTree | None, ArChoice] | None = None
         self.caught_up = 0  # committed tokens the last block's first drafter pass read (its catch-up)
+        self.read_prompt = False  # ... and that pass read the prompt (its cache was empty)
 
     def target_layers(self, drafter: PardDrafter, target: PreTrainedModel) -> list[int]:
         """The listed target layers with feature injection (PARD-2); none without: PARD reads only tokens."""
@@ -153,6 +154,7 @@ class PardCandidateGenerator(BlockDraftCandidateGenerator):
         device = self.drafter.device
         cached, T = self.cache.get_seq_length(), input_ids.shape[1]
         self.caught_up = max(self.caught_up, T - cached)  # committed tokens this pass reads (`_ar_count`)
+        self.read_prompt = self.read_prompt or cached == 0
         new = self.known(input_ids[:, cached:].to(device))  # (1, T - cached): tokens the cache lacks, anchor last
         feed = torch.cat([new, self.mask_ids], dim=-1)  # (1, S)
         positions = torch.arange(cached, T + self.block_size - 1, device=device)[None]  # (1, S)
@@ -292,7 +294,8 @@ class PardCandidateGenerator(BlockDraftCandidateGenerator):
         """This block is a base-LM chain: a batch's shared adapter pass goes unused by this row, and the catch-up
         judged (`CATCH_UP`) is what the base LM's cache lacks of the committed tokens."""
         self.ready = None
-        self.caught_up = input_ids.shape[1] - self.base_chain.cache.get_seq_length()
+        cached = self.base_chain.cache.get_seq_length()
+        self.caught_up, self.read_prompt = input_ids.shape[1] - cached, cached == 0
 
     def _ar_count(self) -> int | str:
         """m for this block ("base": a base-LM chain): the setting, or (adaptive budget) the choice's, after it
@@ -308,11 +311,15 @@ class PardCandidateGenerator(BlockDraftCandidateGenerator):
         """`choice`'s pick for this block, after the memory the last block was chosen from learns what that block
         did (see `_ar_count` for which blocks are judged)."""
         now, last = time.perf_counter(), self.ar_step
-        judged = last is not None and self.stats.row_steps == last[2] + 1 and self.caught_up <= CATCH_UP
+        # a probe pays its catch-up on the plain steps since the last one whenever it probes: judged with it
+        probe = last is not None and last[4].probing == last[0] and not self.read_prompt
+        judged = last is not None and self.stats.row_steps == last[2] + 1 and (self.caught_up <= CATCH_UP or probe)
         if judged and not (last[3] and last[3].measuring):
             last[4].learn(last[0], self.stats.accepted[-1] + 1, now - last[1])
+        elif last is not None and self.stats.row_steps == last[2] + 1:  # a probe that read the prompt: its cost
+            last[4].probed(last[0], self.stats.accepted[-1] + 1, now - last[1])
         m = choice.choose()
-        self.ar_step, self.caught_up = (m, now, self.stats.row_steps, None, choice), 0
+        self.ar_step, self.caught_up, self.read_prompt = (m, now, self.stats.row_steps, None, choice), 0, False
         return m
 
     def _extend(self, token: torch.LongTensor, T: int, d: int, masks: int) -> torch.Tensor:
