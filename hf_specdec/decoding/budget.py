@@ -155,8 +155,8 @@ class Budget:
             schedule[0] -= 1
             return False
         first = new_load or rows not in self.realized  # no drafted step judged at this load yet in this call
-        cannot = self._clearly_loses(rows) or self._cannot_pay_untimed(rows)
-        if (schedule[1] > 2 or first) and cannot:  # a probe, or a first try, that cannot pay
+        due = schedule[1] > 2 or first  # a probe, or a first try: asked first whether it could pay
+        if due and (self._clearly_loses(rows) or self._cannot_pay_untimed(rows)):
             schedule[:] = [schedule[1], min(MAX_BACKOFF, 2 * schedule[1])]
             return False
         return True
