@@ -119,3 +119,11 @@ def test_a_probe_that_read_the_prompt_sets_the_next_probe_but_not_the_rate():
     choice.probed("base", 2, 4.0)  # 2 tokens in 4 s, the prompt's catch-up included
     assert list(choice.recent["base"]) == before and choice.every == 2 * PROBE_EVERY
     assert choice.next_probe == choice.steps + 2 * PROBE_EVERY and choice.probing is None
+
+
+def test_a_choice_ruled_out_is_never_chosen_and_the_last_one_stays():
+    choice = ArChoice(largest=2, base=True)
+    choice.rule_out("base")
+    assert choice.options == ["plain"] and set(run(choice, {"plain": 5.0}, 40)) == {"plain"}
+    choice.rule_out("plain")
+    assert choice.options == ["plain"]

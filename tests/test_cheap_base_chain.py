@@ -204,3 +204,29 @@ def test_a_chain_reads_the_prompt_as_loaded_and_drafts_through_int8(monkeypatch)
         )
     chain.sampled_tree(torch.tensor([[1, 5, 9, 12, 7, 3]]), 3, 1, LogitsProcessorList())
     assert fed == [("as_loaded", 6), ("int8", 1), ("int8", 1)], fed
+
+
+@pytest.mark.parametrize(("curve", "chains"), [("steep", False), ("flat", True)])
+def test_chains_that_cannot_pay_on_this_machine_are_never_tried(monkeypatch, curve, chains):
+    """Where even a chain whose every draft is kept commits too little per second (the measured verify curve of an
+    AVX2 EPYC in bf16, a base-LM pass of 81 ms), sampled blocks never try or probe chains: plain steps only. On a
+    flat curve chains stay a choice. The output is still sampled from the target (the choice is made before any
+    draw; tests/test_sampling_distribution.py)."""
+    from hf_specdec.decoding.budget_memory import memory_of
+    from hf_specdec.models.pard.ar_choice import blocks_by_choice
+
+    monkeypatch.setattr(modeling_pard, "pass_seconds", lambda ways, width=1, **kw: {"int8": 0.094, "as_loaded": 0.081})
+    drafter, target = _drafter_with_base_lm()
+    drafter.decoding = DecodingSettings(budget="auto", sampled_base_drafts=3, sampled_base_weights="auto")
+    costs = memory_of(drafter, target).costs
+    points = {"steep": {1: 0.20, 2: 0.37, 4: 0.66, 8: 1.30}, "flat": {1: 0.20, 2: 0.201, 4: 0.203, 8: 0.21}}
+    costs.pin(points[curve])
+    try:
+        assert (_generator(drafter, target).ar_choice.options == ["base", "plain"]) == chains
+        torch.manual_seed(0)
+        prompt = torch.tensor([[1, 5, 9, 12, 7, 3, 8, 2]])
+        out = target.generate(prompt, max_new_tokens=12, do_sample=True, assistant_model=drafter)
+    finally:
+        costs.reset()  # the curve is the process's: leave none pinned for other tests
+    assert out.shape[1] == prompt.shape[1] + 12
+    assert ("base" in blocks_by_choice(drafter)) == chains

@@ -99,6 +99,14 @@ class ArChoice:
         else:
             self.options = (["base"] if self.base else choices(self.largest)) + ["plain"]
 
+    def rule_out(self, m: int | str) -> None:
+        """Never choose m again (the machine, not the text, says it cannot pay: no try, no probe); the last option
+        stays."""
+        if m in self.options and len(self.options) > 1:
+            self.options = [o for o in self.options if o != m]
+            if self.current == m:
+                self.current = None
+
     def choose(self) -> int | str:
         """The m for the next sampled block."""
         self.steps += 1
