@@ -410,6 +410,10 @@ def test_new_tokens_are_distributed_exactly_as_plain_sampling(name, device):
     drafted = sum(1 for t in trees if len(t))
     if name == "adaptive, plain steps":
         assert len(trees) - drafted > counts.sum() // 2  # most steps verified no draft
+    elif name in ("pard ar adaptive", "pard base adaptive"):
+        # the per-block choice runs plain steps where they realize the most (on these tiny models they do: 370
+        # tokens/s against 130-230), its tries and probes of the rest growing rarer while those lose clearly
+        assert drafted > counts.sum() // 10
     else:
         assert drafted > counts.sum() // 2  # drafts were really verified, not skipped
 
@@ -601,7 +605,8 @@ def _pit(trees, transform=None):
 def test_q_handed_to_acceptance_is_the_distribution_drafts_were_drawn_from(name):
     _, _, trees = cached_run(name)
     values = _pit(trees)
-    assert values.numel() > 1000
+    # the adaptive choice drafts on its tries and probes only, these tiny models' plain steps winning: fewer nodes
+    assert values.numel() > (200 if "adaptive" in name else 1000)
     assert dkw_uniform_excess(values, DELTA) <= 1.0
     # negative control: q off by one token id (an indexing slip). A sharpened q (a temperature slip) is caught on the
     # fixed cases but not reliably where the adaptive choice leaves ~2000 drafted nodes (excess 0.8-1.3 there, against
