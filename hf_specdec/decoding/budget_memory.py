@@ -87,11 +87,12 @@ def memory_of(drafter, target) -> BudgetMemory:
     memory = getattr(drafter, "budget_memory", None)
     costs = cost_model(target)
     if not isinstance(memory, BudgetMemory):
-        memory = BudgetMemory(costs, key=f"{costs.key}|drafter={drafter_key(drafter)}")
+        params = list(drafter.parameters())
+        memory = BudgetMemory(costs, key=f"{costs.key}|drafter={drafter_key(drafter, params)}")
         block = getattr(getattr(drafter, "config", None), "block_size", None)
         if isinstance(block, int) and block > 1:
             memory.block = block - 1  # the anchor and block - 1 drafts
-            memory.share = sum(p.numel() for p in drafter.parameters()) / sum(p.numel() for p in target.parameters())
+            memory.share = sum(p.numel() for p in params) / sum(p.numel() for p in target.parameters())
         folder = budget_folder(costs)
         if folder is not None:
             memory.restore(cost_cache.load(folder / cost_cache.BUDGET_FILE, memory.key, clean_verdict))
@@ -100,13 +101,13 @@ def memory_of(drafter, target) -> BudgetMemory:
     return memory
 
 
-def drafter_key(drafter) -> str:
+def drafter_key(drafter, params: list | None = None) -> str:
     """What the verdict depends on beside the target's key: the drafter's weights (its name, parameter count and a
     fingerprint of 16 values of every tensor, so a retrained drafter saved under the same name starts afresh) and
-    its dtype."""
+    its dtype. `params`: the drafter's parameters, if already listed."""
     config = getattr(drafter, "config", None)
     name = getattr(config, "_name_or_path", "") or type(drafter).__name__
-    params = list(drafter.parameters())
+    params = list(drafter.parameters()) if params is None else params
     with torch.no_grad():  # once per memory: a strided sample of each tensor, summed on its device, one sync
         sampled = [p.reshape(-1)[:: max(1, p.numel() // 16)].float().sum() for p in params]
         fingerprint = f"{torch.stack(sampled).double().sum().item():.6e}" if sampled else "-"
@@ -130,7 +131,8 @@ def clean_verdict(raw: object) -> tuple[dict, list[str]]:
     schedule = raw.get("schedule", {})
     if isinstance(schedule, dict):
         for rows, s in schedule.items():
-            if _whole(rows, 1) and isinstance(s, list) and len(s) == 2 and all(_whole(n, 0) for n in s):
+            whole = isinstance(s, list) and len(s) == 2 and all(cost_cache.whole_number(n, 0) is not None for n in s)
+            if cost_cache.whole_number(rows) is not None and whole:
                 verdict.setdefault("schedule", {})[int(rows)] = [int(n) for n in s]
             else:
                 problems.append(f"schedule {rows!r}")
@@ -147,15 +149,6 @@ def clean_verdict(raw: object) -> tuple[dict, list[str]]:
     else:
         problems.append("typical")
     return verdict, problems
-
-
-def _whole(key: object, least: int) -> bool:
-    if isinstance(key, bool) or not isinstance(key, (str, int)):
-        return False
-    try:
-        return least <= int(key) <= cost_cache.MAX_SIZE
-    except ValueError:
-        return False
 
 
 def _value(v: object) -> bool:

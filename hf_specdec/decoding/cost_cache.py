@@ -153,15 +153,19 @@ def _replace(path: Path, text: str) -> None:
         raise
 
 
-def _size(key: object) -> int | None:
-    """A rows or fed-tokens key (a whole number in range, or its string as JSON keeps it), else None."""
+def _size(key: object, least: int = 1) -> int | None:
+    """A rows or fed-tokens key (a whole number from `least` to `MAX_SIZE`, or its string as JSON keeps it), else
+    None."""
     if isinstance(key, bool) or not isinstance(key, (str, int)):
         return None
     try:
         value = int(key)
     except ValueError:
         return None
-    return value if 1 <= value <= MAX_SIZE else None
+    return value if least <= value <= MAX_SIZE else None
+
+
+whole_number = _size
 
 
 def valid_timing(seconds: object) -> bool:
@@ -191,4 +195,5 @@ __all__ = [
     "save",
     "valid_timing",
     "warn_once",
+    "whole_number",
 ]
