@@ -28,10 +28,9 @@ def test_every_count_is_tried_then_the_best_rate_wins_with_probes_of_the_others(
     choice = ArChoice(largest=3)
     picked = run(choice, {1: 3.0, 2: 4.5, 3: 4.0}, 64)
     assert picked[: 4 * TRIED] == [1] * TRIED + [2] * TRIED + [3] * TRIED + ["plain"] * TRIED
-    after = picked[4 * TRIED :]
-    probes = [i for i, m in enumerate(after, start=4 * TRIED + 1) if m != 2]
-    assert probes and all(step % PROBE_EVERY == 0 for step in probes)  # the best except on probe steps
-    assert after.count(2) == len(after) - len(probes)
+    after = "".join("p" if m == "plain" else str(m) for m in picked[4 * TRIED :])
+    probes = [run for run in after.split("2") if run]  # the best except on probes
+    assert probes and all(run in ("11", "33", "p") for run in probes)  # a drafting probe catches up, then is judged
 
 
 def test_a_change_of_text_moves_the_choice_within_the_recent_window():
@@ -99,26 +98,33 @@ def test_probes_of_a_choice_that_loses_clearly_grow_rarer_and_come_back_when_it_
     choice = ArChoice(largest=2, base=True)
     picked = run(choice, {"base": 2.0, "plain": 5.0}, 2 * TRIED + 400)
     probes = [i for i, m in enumerate(picked, start=1) if m == "base"][TRIED:]
-    gaps = [b - a for a, b in zip(probes, probes[1:], strict=False)]
-    assert probes[0] == PROBE_EVERY and gaps == [32, 64, 128, 128][: len(gaps)] and len(gaps) >= 3
+    starts = [i for i in probes if i - 1 not in probes]
+    assert all(i + 1 in probes for i in starts) and len(probes) == 2 * len(starts)  # each probe: two steps
+    gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)]  # counted from a probe's judged step
+    assert starts[0] == PROBE_EVERY and gaps == [33, 65, 129, 129][: len(gaps)] and len(gaps) >= 3
     assert choice.every == MAX_PROBE_EVERY
-    rates = {"base": 5.2, "plain": 5.0}  # the text changed: chains now pay
     while choice.choose() != "base":
         choice.learn("plain", 5.0, 1.0)
-    choice.learn("base", rates["base"], 1.0)
+    choice.learn("base", 1.0, 1.0)  # the text changed: chains now pay, but the probe's first step caught up
+    assert choice.every == MAX_PROBE_EVERY and choice.choose() == "base"
+    choice.learn("base", 5.2, 1.0)
     assert choice.every == PROBE_EVERY  # the probe did not lose clearly: probes as usual
 
 
-def test_a_probe_that_read_the_prompt_sets_the_next_probe_but_not_the_rate():
-    """The first block of a call reads the prompt through the base LM: not judged into "base"'s rate (a chain that
-    became current would not pay it again), but it is what a probe costs there, and it sets when the next comes."""
+def test_a_probe_is_judged_on_its_step_after_the_catch_up():
+    """A probe's first step catches the base LM up on the tokens committed since its last chain (or reads the
+    prompt): a cost that grows with the steps between probes and that no chain pays once chains are current. It
+    sets nothing; the step after it is the probe's, judged into the rate and for when the next probe comes."""
     choice = ArChoice(largest=2, base=True)
     run(choice, {"base": 2.0, "plain": 5.0}, PROBE_EVERY - 1)
-    assert choice.choose() == "base" and choice.probing == "base"
+    assert choice.choose() == "base" and choice.probing is None and choice.again == "base"
     before = list(choice.recent["base"])
-    choice.probed("base", 2, 4.0)  # 2 tokens in 4 s, the prompt's catch-up included
-    assert list(choice.recent["base"]) == before and choice.every == 2 * PROBE_EVERY
-    assert choice.next_probe == choice.steps + 2 * PROBE_EVERY and choice.probing is None
+    choice.probed("base", 2, 40.0)  # its step, unjudged (the catch-up read the prompt): it sets nothing
+    assert list(choice.recent["base"]) == before and choice.every == PROBE_EVERY
+    assert choice.choose() == "base" and choice.probing == "base" and choice.again is None
+    choice.learn("base", 2, 1.0)  # the judged step: chains still lose clearly
+    assert choice.every == 2 * PROBE_EVERY and choice.next_probe == choice.steps + 2 * PROBE_EVERY
+    assert choice.probing is None
 
 
 def test_a_choice_ruled_out_is_never_chosen_and_the_last_one_stays():
