@@ -71,7 +71,9 @@ def test_report_structure(report):
     assert report["tasks"] == ["code", "chat"]
     assert set(report["results"]) == {"code", "chat", "all"}
     assert {"torch", "transformers", "hf_specdec"} <= set(report["meta"]["versions"])
-    assert "load_average_at_start" in report["meta"]["machine"] and "cpu_flags" in report["meta"]["machine"]
+    machine = report["meta"]["machine"]
+    assert "load_average_at_start" in machine and "cpu_flags" in machine
+    assert machine["cpu_family_model"] is None or machine["cpu_family_model"].startswith("family ")
     curve = report["meta"]["cost_curve"]  # the machine's cost curve, measured on the target of the run
     assert list(curve["ms"]) == [1, 2, 4, 8, 16, 32] and all(ms > 0 for ms in curve["ms"].values())
     assert curve["x_one"][1] == 1.0

@@ -19,6 +19,7 @@ def environment() -> dict:
         "machine": {
             "platform": platform.platform(),
             "cpu": _cpu_name(),
+            "cpu_family_model": _cpu_family_model(),  # tells apart CPUs that share a model name ("AMD EPYC")
             "cpu_flags": _cpu_flags(),  # SIMD/matrix instructions a CPU forward's speed depends on
             "cpu_count": os.cpu_count(),
             "torch_threads": torch.get_num_threads(),
@@ -52,11 +53,23 @@ def _cpu_flags() -> list[str]:
     return []
 
 
-def _cpu_name() -> str:
+def _cpuinfo(field: str) -> str | None:
+    """The first value of `field` in /proc/cpuinfo (None where there is none)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+            name, _, value = line.partition(":")
+            if name.strip() == field:
+                return value.strip()
     except OSError:
         pass
-    return platform.processor() or "unknown"
+    return None
+
+
+def _cpu_name() -> str:
+    return _cpuinfo("model name") or platform.processor() or "unknown"
+
+
+def _cpu_family_model() -> str | None:
+    """'family F model M' as /proc/cpuinfo gives them (None off Linux)."""
+    family, model = _cpuinfo("cpu family"), _cpuinfo("model")
+    return f"family {family} model {model}" if family and model else None
