@@ -101,12 +101,12 @@ def clean(raw: object) -> tuple[Points, list[str]]:
     points: Points = {}
     problems: list[str] = []
     for r, fed in raw.items():
-        rows = _size(r)
+        rows = whole_number(r)
         if rows is None or not isinstance(fed, dict):
             problems.append(f"rows {r!r}: {_short(fed)}" if rows is not None else f"rows key {r!r}")
             continue
         for n, samples in fed.items():
-            size = _size(n)
+            size = whole_number(n)
             if size is None:
                 problems.append(f"rows {rows}: fed key {n!r}")
             elif not isinstance(samples, list) or not all(map(valid_timing, samples)):
@@ -153,7 +153,7 @@ def _replace(path: Path, text: str) -> None:
         raise
 
 
-def _size(key: object, least: int = 1) -> int | None:
+def whole_number(key: object, least: int = 1) -> int | None:
     """A rows or fed-tokens key (a whole number from `least` to `MAX_SIZE`, or its string as JSON keeps it), else
     None."""
     if isinstance(key, bool) or not isinstance(key, (str, int)):
@@ -163,9 +163,6 @@ def _size(key: object, least: int = 1) -> int | None:
     except ValueError:
         return None
     return value if least <= value <= MAX_SIZE else None
-
-
-whole_number = _size
 
 
 def valid_timing(seconds: object) -> bool:

@@ -23,9 +23,9 @@ whole steps (drafter passes, the verify forward, acceptance), over its last `REC
    runs instead (twice in a row when it drafts, see below), so a change of text (code to prose) is seen. A probe
    whose choice loses clearly (its recent rate below the current one by `MARGIN` standard errors and, with the
    probe's own step, by `CLEARLY`) doubles the steps to the next probe, up to `MAX_PROBE_EVERY`; one that does not
-   sets them back to `PROBE_EVERY`. On an
-   AVX2 CPU, where a base-LM chain committed 2.2-2.5 tokens/s against plain steps' 4.1-4.9, calls at T=1 ran at
-   0.76-1.01x of plain sampling with a probe every 16 blocks, 0.85-0.99x with the back-off.
+   sets them back to `PROBE_EVERY`. On an AVX2 CPU, where a base-LM chain committed 2.2-2.5 tokens/s against plain
+   steps' 4.1-4.9, calls at T=1 ran at 0.76-1.01x of plain sampling with a probe every 16 blocks, 0.85-0.99x with
+   the back-off.
 
 The margin is there because a sampled step's committed tokens are noisy (a base-LM chain commits 1 to 20 at T=1):
 judged on plain means, a few unlucky chains handed the choice to shorter blocks that measured slower when run on

@@ -331,7 +331,7 @@ class PardCandidateGenerator(BlockDraftCandidateGenerator):
         """`choice`'s pick for this block, after the memory the last block was chosen from learns what that block
         did (see `_ar_count` for which blocks are judged)."""
         now, last = time.perf_counter(), self.ar_step
-        # a probe pays its catch-up on the plain steps since the last one whenever it probes: judged with it
+        # a probe's judged step (the one after its catch-up, `ArChoice.choose`) is judged whatever it read
         probe = last is not None and last[4].probing == last[0] and not self.read_prompt
         judged = last is not None and self.stats.row_steps == last[2] + 1 and (self.caught_up <= CATCH_UP or probe)
         if judged and not (last[3] and last[3].measuring):
